@@ -1,0 +1,69 @@
+package etcdtest
+
+import (
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const adminTimeout = 10 * time.Second
+
+// Compact compacts the cluster's history up to the current revision and
+// returns that revision: every watch that starts, or lags, before it is
+// cancelled by the server with a compaction error.
+func (c *Cluster) Compact(t testing.TB) int64 {
+	t.Helper()
+	ctx := Context(t, adminTimeout)
+	resp, err := c.Admin.Get(ctx, "\x00")
+	if err != nil {
+		t.Fatalf("etcdtest: compact: read revision: %v", err)
+	}
+	rev := resp.Header.Revision
+	if _, err := c.Admin.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatalf("etcdtest: compact to %d: %v", rev, err)
+	}
+	return rev
+}
+
+// Revoke revokes a lease from the admin client, as an operator would.
+func (c *Cluster) Revoke(t testing.TB, id clientv3.LeaseID) {
+	t.Helper()
+	if _, err := c.Admin.Revoke(Context(t, adminTimeout), id); err != nil {
+		t.Fatalf("etcdtest: revoke %x: %v", id, err)
+	}
+}
+
+// Delete deletes one key from the admin client and returns how many keys went.
+func (c *Cluster) Delete(t testing.TB, key string) int64 {
+	t.Helper()
+	resp, err := c.Admin.Delete(Context(t, adminTimeout), key)
+	if err != nil {
+		t.Fatalf("etcdtest: delete %q: %v", key, err)
+	}
+	return resp.Deleted
+}
+
+// Exists reports whether key exists, read linearizably from the admin client.
+func (c *Cluster) Exists(t testing.TB, key string) bool {
+	t.Helper()
+	resp, err := c.Admin.Get(Context(t, adminTimeout), key, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatalf("etcdtest: get %q: %v", key, err)
+	}
+	return resp.Count > 0
+}
+
+// Keys returns every key under prefix, read from the admin client.
+func (c *Cluster) Keys(t testing.TB, prefix string) []string {
+	t.Helper()
+	resp, err := c.Admin.Get(Context(t, adminTimeout), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatalf("etcdtest: list %q: %v", prefix, err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	return keys
+}

@@ -1,0 +1,96 @@
+package etcdtest
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.uber.org/zap"
+)
+
+// Link is one client's own path to the cluster: a TCP proxy per member. A
+// fault on a Link affects only the client behind it.
+type Link struct {
+	proxies []proxy.Server
+}
+
+// ProxiedClient returns a client that reaches every member through its own
+// TCP proxies, and the Link that controls them. t.Cleanup closes both.
+func (c *Cluster) ProxiedClient(t testing.TB, opts ...ClientOption) (*clientv3.Client, *Link) {
+	t.Helper()
+	l := &Link{}
+	var eps []string
+	for _, m := range c.Members {
+		p := newProxy(t, m.ClientURL)
+		l.proxies = append(l.proxies, p)
+		eps = append(eps, "http://"+strings.TrimPrefix(p.From(), "tcp://"))
+	}
+	// Cleanups run last-in first-out: the client closes before its proxies,
+	// whose Close waits for the connections to end.
+	t.Cleanup(l.close)
+	return NewClient(t, eps, opts...), l
+}
+
+func newProxy(t testing.TB, to url.URL) proxy.Server {
+	t.Helper()
+	from := url.URL{Scheme: "tcp", Host: freeAddr(t)}
+	p := proxy.NewServer(proxy.ServerConfig{
+		Logger: zap.NewNop(),
+		From:   from,
+		To:     url.URL{Scheme: "tcp", Host: to.Host},
+	})
+	select {
+	case <-p.Ready():
+	case err := <-p.Error():
+		t.Fatalf("etcdtest: proxy %s: %v", from.Host, err)
+	}
+	// The proxy reports connection errors on a small buffered channel and
+	// stalls its copy loops when nobody reads it: drain it until it closes.
+	go func() {
+		for {
+			select {
+			case <-p.Error():
+			case <-p.Done():
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// Blackhole drops every byte in both directions while keeping the TCP
+// connections open: the client sees silence, as in a real partition, not a
+// reset it could react to at once.
+func (l *Link) Blackhole() {
+	for _, p := range l.proxies {
+		p.BlackholeTx()
+		p.BlackholeRx()
+	}
+}
+
+// Restore ends Blackhole and Delay.
+func (l *Link) Restore() {
+	for _, p := range l.proxies {
+		p.UnblackholeTx()
+		p.UnblackholeRx()
+		p.UndelayTx()
+		p.UndelayRx()
+	}
+}
+
+// Delay adds d of latency to each direction.
+func (l *Link) Delay(d time.Duration) {
+	for _, p := range l.proxies {
+		p.DelayTx(d, 0)
+		p.DelayRx(d, 0)
+	}
+}
+
+func (l *Link) close() {
+	for _, p := range l.proxies {
+		p.Close()
+	}
+}
