@@ -8,9 +8,11 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +34,6 @@ const (
 
 // Cluster is a set of embedded etcd members in this process.
 type Cluster struct {
-	t       testing.TB
 	Members []*Member
 	// Admin is an unproxied client: it plays the operator or the rest of the
 	// world in fault tests (deletes keys, revokes leases, compacts).
@@ -63,22 +64,41 @@ func Three(t testing.TB) *Cluster { return New(t, 3) }
 // stopped by t.Cleanup.
 func New(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	c, err := Start(n)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Start is New for callers without a testing.TB (examples, benchmarks'
+// shared servers): the caller must Close the cluster.
+func Start(n int) (*Cluster, error) {
+	c := &Cluster{}
 	var initial string
 	for i := range n {
-		m := &Member{
-			Name:      fmt.Sprintf("m%d", i),
-			ClientURL: url.URL{Scheme: "http", Host: freeAddr(t)},
-			PeerURL:   url.URL{Scheme: "http", Host: freeAddr(t)},
-			dir:       t.TempDir(),
+		dir, err := os.MkdirTemp("", "etcdtest-")
+		if err != nil {
+			c.Close()
+			return nil, err
 		}
+		m := &Member{Name: fmt.Sprintf("m%d", i), dir: dir}
+		c.Members = append(c.Members, m)
+		if m.ClientURL.Host, err = freeAddr(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if m.PeerURL.Host, err = freeAddr(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		m.ClientURL.Scheme, m.PeerURL.Scheme = "http", "http"
 		if i > 0 {
 			initial += ","
 		}
 		initial += m.Name + "=" + m.PeerURL.String()
-		c.Members = append(c.Members, m)
 	}
-	t.Cleanup(c.stopAll)
 	for _, m := range c.Members {
 		m.cluster = initial
 	}
@@ -89,14 +109,36 @@ func New(t testing.TB, n int) *Cluster {
 		wg.Go(func() { errs[i] = m.start("new") })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatalf("etcdtest: start cluster: %v", err)
-		}
+	if err := errors.Join(errs...); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("start cluster: %w", err)
 	}
-	c.Admin = c.Client(t)
-	c.WaitLeader(t)
-	return c
+	var err error
+	if c.Admin, err = dial(c.Endpoints()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	end := time.Now().Add(10 * time.Second)
+	for c.Leader() < 0 {
+		if time.Now().After(end) {
+			c.Close()
+			return nil, errors.New("start cluster: no raft leader after 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return c, nil
+}
+
+// Close stops every member and deletes their data. Clients made with a
+// testing.TB close in their own cleanups, which run first.
+func (c *Cluster) Close() {
+	if c.Admin != nil {
+		c.Admin.Close()
+	}
+	for _, m := range c.Members {
+		m.stop()
+		os.RemoveAll(m.dir)
+	}
 }
 
 func (m *Member) config(state string) *embed.Config {
@@ -164,13 +206,6 @@ func (m *Member) stop() {
 	}
 }
 
-func (c *Cluster) stopAll() {
-	// Clients registered their own cleanups, which run before this one.
-	for _, m := range c.Members {
-		m.stop()
-	}
-}
-
 // Endpoints returns the client URLs of all members, running or not.
 func (c *Cluster) Endpoints() []string {
 	var eps []string
@@ -200,6 +235,15 @@ func (c *Cluster) Client(t testing.TB, opts ...ClientOption) *clientv3.Client {
 // NewClient returns a client for the given endpoints; t.Cleanup closes it.
 func NewClient(t testing.TB, endpoints []string, opts ...ClientOption) *clientv3.Client {
 	t.Helper()
+	cli, err := dial(endpoints, opts...)
+	if err != nil {
+		t.Fatalf("etcdtest: client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func dial(endpoints []string, opts ...ClientOption) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
@@ -212,12 +256,7 @@ func NewClient(t testing.TB, endpoints []string, opts ...ClientOption) *clientv3
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatalf("etcdtest: client: %v", err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	return clientv3.New(cfg)
 }
 
 // Stop stops member i; its data and ports are kept for Restart.
@@ -273,14 +312,13 @@ func WaitFor(t testing.TB, deadline time.Duration, what string, cond func() bool
 	}
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("etcdtest: free port: %v", err)
+		return "", fmt.Errorf("free port: %w", err)
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 // Context returns a context bounded by d and by the test's end.
@@ -288,4 +326,24 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+var shared struct {
+	once sync.Once
+	c    *Cluster
+}
+
+// Shared returns a single-member cluster that lives until Main's tests end,
+// for Example functions, which get no testing.TB. It exits the test binary
+// if the cluster cannot start.
+func Shared() *Cluster {
+	shared.once.Do(func() {
+		c, err := Start(1)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "etcdtest: shared cluster: %v\n", err)
+			os.Exit(1)
+		}
+		shared.c = c
+	})
+	return shared.c
 }

@@ -43,6 +43,9 @@ func Main(m *testing.M, opts ...goleak.Option) {
 		os.Exit(f(os.Args[1:]))
 	}
 	code := m.Run()
+	if shared.c != nil {
+		shared.c.Close()
+	}
 	if code == 0 {
 		if err := findLeaks(opts...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)

@@ -36,7 +36,11 @@ func (c *Cluster) ProxiedClient(t testing.TB, opts ...ClientOption) (*clientv3.C
 
 func newProxy(t testing.TB, to url.URL) proxy.Server {
 	t.Helper()
-	from := url.URL{Scheme: "tcp", Host: freeAddr(t)}
+	host, err := freeAddr()
+	if err != nil {
+		t.Fatalf("etcdtest: proxy: %v", err)
+	}
+	from := url.URL{Scheme: "tcp", Host: host}
 	p := proxy.NewServer(proxy.ServerConfig{
 		Logger: zap.NewNop(),
 		From:   from,
@@ -63,7 +67,9 @@ func newProxy(t testing.TB, to url.URL) proxy.Server {
 
 // Blackhole drops every byte in both directions while keeping the TCP
 // connections open: the client sees silence, as in a real partition, not a
-// reset it could react to at once.
+// reset it could react to at once. gRPC's keepalive notices only after 10 s
+// or more; a test that needs the client to reconnect sooner restarts the
+// member, which ends every connection to it.
 func (l *Link) Blackhole() {
 	for _, p := range l.proxies {
 		p.BlackholeTx()
