@@ -1,0 +1,57 @@
+package fencing
+
+import "errors"
+
+// Sentinel errors. Every error this package returns that a caller may act on
+// wraps one of them: test with errors.Is.
+var (
+	// ErrInvalidName is returned for a lock name that cannot be isolated
+	// from other names (see NewMutex), and by ParseToken for such a name.
+	ErrInvalidName = errors.New("fencing: invalid name")
+
+	// ErrInvalidToken is returned by ParseToken for text that String did
+	// not produce.
+	ErrInvalidToken = errors.New("fencing: invalid token")
+
+	// ErrInvalidArgument is returned for a nil client, a closed client or
+	// an option out of range. Nothing was written to etcd.
+	ErrInvalidArgument = errors.New("fencing: invalid argument")
+
+	// ErrLocked is returned by TryLock when another hold owns the lock.
+	// TryLock wrote nothing.
+	ErrLocked = errors.New("fencing: locked")
+
+	// ErrNotHeld is returned by Unlock when the hold was already released or
+	// lost. Unlock then deleted nothing that belongs to anyone else.
+	ErrNotHeld = errors.New("fencing: not held")
+
+	// ErrStaleToken is returned by Gate.Admit for a token older than one it
+	// has already admitted under the same name.
+	ErrStaleToken = errors.New("fencing: stale token")
+
+	// ErrSessionExpired is returned by Lock and TryLock when the session's
+	// lease was found gone, or the session already ended, before the lock
+	// was acquired. The error also wraps the session's cause.
+	ErrSessionExpired = errors.New("fencing: session expired")
+
+	// ErrKeyDeleted is returned by Lock when its queued key was deleted by
+	// someone else (an operator) while it waited. Lock does not queue again
+	// on its own: one Lock call writes one key.
+	ErrKeyDeleted = errors.New("fencing: lock key deleted while waiting")
+)
+
+// Causes of a session's end, returned by Session.Err and wrapped by the
+// errors of everything that depended on the session.
+var (
+	// ErrLeaseExpired: the server reported the lease gone (expired or
+	// revoked). Every key on it has been deleted.
+	ErrLeaseExpired = errors.New("fencing: lease expired or revoked")
+
+	// ErrLeaseUnconfirmed: ValidUntil passed without an acknowledged
+	// renewal (a partition, a long pause). The server may expire the lease
+	// at any moment from now on, so the session no longer vouches for it.
+	ErrLeaseUnconfirmed = errors.New("fencing: lease not renewed in time")
+
+	// ErrSessionClosed: Close was called, or the client was closed.
+	ErrSessionClosed = errors.New("fencing: session closed")
+)

@@ -1,0 +1,76 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/leasehold/leasehold/internal/revqueue"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Hold is one acquired ownership of a lock: one key in etcd, created by one
+// Lock call. It is safe for concurrent use.
+//
+// A Hold does not watch for its own loss: use guard.Watch for a context that
+// ends when ownership can no longer be proven, and guard.Txn (or IsOwner in
+// your own txns) for writes that must only commit while it holds.
+type Hold struct {
+	s     *Session // set at creation, never changed: read without locking
+	token Token
+	key   string
+
+	mu       sync.Mutex // serialises Unlock
+	released bool       // guarded by mu: Unlock succeeded or found the key gone
+}
+
+func newHold(m *Mutex, e *revqueue.Entry) *Hold {
+	return &Hold{s: m.s, token: Token{Name: m.name, Revision: e.Rev}, key: e.Key}
+}
+
+// Token returns the hold's fencing token: greater than the token of every
+// earlier owner of the lock.
+func (h *Hold) Token() Token { return h.token }
+
+// Key returns the hold's etcd key, unique to this hold.
+func (h *Hold) Key() string { return h.key }
+
+// Session returns the session whose lease the hold's key is attached to.
+func (h *Hold) Session() *Session { return h.s }
+
+// IsOwner returns the compare that holds exactly while this hold owns the
+// lock: its key exists with its creation revision. Put it first in a txn's
+// If to make writes that commit only while the hold owns the lock.
+func (h *Hold) IsOwner() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.token.Revision)
+}
+
+// Unlock releases the hold by deleting its key, which hands the lock to the
+// next waiter at once. It deletes this hold's key and nothing else: an old
+// hold's Unlock can never release a newer one.
+//
+// It returns an error wrapping ErrNotHeld if the hold was already released
+// or lost (key deleted, lease gone, session ended); a key of an ended session
+// that still exists is deleted all the same. After any other error (the
+// network), the hold is unchanged and Unlock may be retried.
+func (h *Hold) Unlock(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return fmt.Errorf("fencing: unlock %v: %w: already released", h.token, ErrNotHeld)
+	}
+	// Keys are never reused, so a plain delete of ours is as safe as a
+	// compare-guarded one: it cannot touch a later owner's key.
+	resp, err := h.s.cli.Delete(ctx, h.key)
+	if err != nil {
+		return fmt.Errorf("fencing: unlock %v: %w", h.token, err)
+	}
+	h.released = true
+	if resp.Deleted == 0 {
+		return fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
+	}
+	if err := h.s.Err(); err != nil {
+		return fmt.Errorf("fencing: unlock %v: %w: %w", h.token, ErrNotHeld, err)
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+func TestLockUnlockUncontendedSendsTwoRequests(t *testing.T) {
+	c := etcdtest.Single(t)
+	var ctr etcdtest.Counter
+	s := newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)))
+	m := newMutex(t, s, "jobs/billing")
+	ctx := etcdtest.Context(t, wait)
+	ctr.Reset()
+	h, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The keepalive loop may renew meanwhile: count only the lock's methods.
+	if got := ctr.Requests("Txn") + ctr.Requests("DeleteRange") + ctr.Requests("Range") + ctr.Requests("Watch"); got != 2 {
+		t.Fatalf("Lock+Unlock sent %d requests; want 2 (%v)", got, &ctr)
+	}
+	if tok := h.Token(); tok.Name != "jobs/billing" || tok.Revision <= 0 {
+		t.Fatalf("Token() = %#v", tok)
+	}
+}
+
+func TestTryLockHeldSendsOneRequestAndLeavesNoKey(t *testing.T) {
+	c := etcdtest.Single(t)
+	var ctr etcdtest.Counter
+	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "try"))
+	m := newMutex(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)), fencing.WithIdentity("second")), "try")
+	ctr.Reset()
+	_, err := m.TryLock(etcdtest.Context(t, wait))
+	if !errors.Is(err, fencing.ErrLocked) {
+		t.Fatalf("TryLock on a held lock: %v; want ErrLocked", err)
+	}
+	if got := ctr.Requests("Txn"); got != 1 || ctr.Requests("") > 1+ctr.Requests("LeaseKeepAlive") {
+		t.Fatalf("TryLock sent %v; want one Txn", &ctr)
+	}
+	if keys := lockKeys(t, c, "try"); !slices.Equal(keys, []string{holder.Key()}) {
+		t.Fatalf("keys after failed TryLock = %q; want only the holder's", keys)
+	}
+	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.TryLock(etcdtest.Context(t, wait))
+	if err != nil {
+		t.Fatalf("TryLock on a free lock: %v", err)
+	}
+	if h.Token().Compare(holder.Token()) <= 0 {
+		t.Fatalf("token %v not greater than previous owner's %v", h.Token(), holder.Token())
+	}
+}
+
+// S1, S7: tokens strictly increase across many handoffs among several
+// sessions, and the critical section never has two occupants. Two of the
+// workers share a session: they exclude each other like the rest.
+func TestTokensIncreaseUnderContention(t *testing.T) {
+	const workers, handoffs = 5, 200
+	c := etcdtest.Single(t)
+	sessions := make([]*fencing.Session, 4)
+	for i := range sessions {
+		sessions[i] = newSession(t, c.Client(t))
+	}
+	var (
+		inside   atomic.Int32
+		acquired atomic.Int32
+		mu       sync.Mutex
+		last     fencing.Token
+		errs     = make(chan error, workers)
+		ctx      = etcdtest.Context(t, 2*wait)
+	)
+	var wg sync.WaitGroup
+	for w := range workers {
+		m := newMutex(t, sessions[w%len(sessions)], "contended")
+		wg.Go(func() {
+			for acquired.Load() < handoffs {
+				h, err := m.Lock(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					errs <- fmt.Errorf("%d holders inside the critical section", n)
+				}
+				mu.Lock()
+				if h.Token().Compare(last) <= 0 {
+					errs <- fmt.Errorf("token %v after %v: not increasing", h.Token(), last)
+				}
+				last = h.Token()
+				mu.Unlock()
+				acquired.Add(1)
+				inside.Add(-1)
+				if err := h.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if keys := lockKeys(t, c, "contended"); len(keys) != 0 {
+		t.Fatalf("keys left behind: %q", keys)
+	}
+}
+
+// S6: names that are prefixes of each other, or differ only in separators,
+// unicode or empty segments, are independent locks.
+func TestNamesAreIsolated(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	names := []string{"a", "a/b", "a/", "/a", "a//b", "a/b/c", "a\x01", "a b", "π", "π/π", "a@1", "a%00"}
+	holds := map[string]*fencing.Hold{}
+	for _, name := range names {
+		h, err := newMutex(t, s, name).TryLock(etcdtest.Context(t, wait))
+		if err != nil {
+			t.Fatalf("TryLock(%q) with the other names held: %v", name, err)
+		}
+		holds[name] = h
+	}
+	for _, name := range names {
+		if keys := lockKeys(t, c, name); !slices.Equal(keys, []string{holds[name].Key()}) {
+			t.Errorf("queue of %q = %q; want only its own hold", name, keys)
+		}
+		if got := holds[name].Token().Name; got != name {
+			t.Errorf("Token().Name = %q; want %q", got, name)
+		}
+	}
+	// Releasing "a" hands over "a" only: "a/b" stays held.
+	if err := holds["a"].Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newMutex(t, s, "a/b").TryLock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrLocked) {
+		t.Fatalf("TryLock(a/b) after Unlock(a): %v; want ErrLocked", err)
+	}
+}
+
+func TestInvalidNamesRejected(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	for _, name := range []string{"", "a\x00", "\x00", "a\x00b", "\xff", strings.Repeat("x", fencing.MaxNameLen+1)} {
+		if _, err := fencing.NewMutex(s, name); !errors.Is(err, fencing.ErrInvalidName) {
+			t.Errorf("NewMutex(%q): %v; want ErrInvalidName", name, err)
+		}
+	}
+	if _, err := fencing.NewMutex(s, strings.Repeat("x", fencing.MaxNameLen)); err != nil {
+		t.Errorf("NewMutex(%d bytes): %v", fencing.MaxNameLen, err)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Fatalf("keys written for invalid names: %q", keys)
+	}
+}
+
+// S7: two Lock calls on one session exclude each other, and an old hold's
+// Unlock never releases the newer one.
+func TestTwoLocksOnOneSession(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	m := newMutex(t, s, "shared-session")
+	first := lock(t, m)
+	if _, err := m.TryLock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrLocked) {
+		t.Fatalf("second TryLock on one session: %v; want ErrLocked", err)
+	}
+	got := make(chan *fencing.Hold, 1)
+	go func() {
+		h, err := m.Lock(etcdtest.Context(t, wait))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	etcdtest.WaitFor(t, wait, "the second Lock to queue", func() bool { return len(lockKeys(t, c, "shared-session")) == 2 })
+	select {
+	case <-got:
+		t.Fatal("second Lock on one session returned while the first held")
+	default:
+	}
+	if err := first.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	second := <-got
+	if second == nil {
+		t.FailNow()
+	}
+	if err := first.Unlock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("double Unlock: %v; want ErrNotHeld", err)
+	}
+	if !c.Exists(t, second.Key()) {
+		t.Fatal("the old hold's second Unlock released the new hold")
+	}
+}
+
+func TestUnlockAfterKeyDeletedIsNotHeld(t *testing.T) {
+	c := etcdtest.Single(t)
+	h := lock(t, newMutex(t, newSession(t, c.Client(t)), "deleted"))
+	c.Delete(t, h.Key())
+	if err := h.Unlock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("Unlock after delete: %v; want ErrNotHeld", err)
+	}
+}
+
+// waiter starts m.Lock in the background once the lock is held, and returns
+// when the waiter's key is queued.
+func waiter(t *testing.T, c *etcdtest.Cluster, m *fencing.Mutex, ctx context.Context) <-chan error {
+	t.Helper()
+	before := len(lockKeys(t, c, m.Name()))
+	errc := make(chan error, 1)
+	go func() {
+		h, err := m.Lock(ctx)
+		if err == nil {
+			err = h.Unlock(context.WithoutCancel(ctx))
+		}
+		errc <- err
+	}()
+	etcdtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(lockKeys(t, c, m.Name())) > before })
+	return errc
+}
+
+// S8: a cancelled Lock removes its key.
+func TestCancelledLockLeavesNoKey(t *testing.T) {
+	c := etcdtest.Single(t)
+	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "cancel"))
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := waiter(t, c, newMutex(t, newSession(t, c.Client(t)), "cancel"), ctx)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock: %v; want context.Canceled", err)
+	}
+	if keys := lockKeys(t, c, "cancel"); !slices.Equal(keys, []string{holder.Key()}) {
+		t.Fatalf("keys after cancelled Lock = %q; want only the holder's", keys)
+	}
+}
+
+// S5: a waiter whose lease is revoked fails instead of acquiring.
+func TestLockFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
+	c := etcdtest.Single(t)
+	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "revoke"))
+	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second))
+	errc := waiter(t, c, newMutex(t, s, "revoke"), etcdtest.Context(t, wait))
+	c.Revoke(t, s.Lease())
+	if err := <-errc; !errors.Is(err, fencing.ErrSessionExpired) || !errors.Is(err, fencing.ErrLeaseExpired) {
+		t.Fatalf("Lock with revoked lease: %v; want ErrSessionExpired wrapping ErrLeaseExpired", err)
+	}
+	if keys := lockKeys(t, c, "revoke"); !slices.Equal(keys, []string{holder.Key()}) {
+		t.Fatalf("keys = %q; want only the holder's", keys)
+	}
+}
+
+// S5: a waiter whose key an operator deletes fails when its turn comes,
+// instead of acquiring a lock nobody can see it holds.
+func TestLockFailsWhenKeyDeletedWhileWaiting(t *testing.T) {
+	c := etcdtest.Single(t)
+	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "opdelete"))
+	errc := waiter(t, c, newMutex(t, newSession(t, c.Client(t)), "opdelete"), etcdtest.Context(t, wait))
+	for _, k := range lockKeys(t, c, "opdelete") {
+		if k != holder.Key() {
+			c.Delete(t, k)
+		}
+	}
+	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, fencing.ErrKeyDeleted) {
+		t.Fatalf("Lock with deleted key: %v; want ErrKeyDeleted", err)
+	}
+}
+
+// S9: a waiter cut off while its predecessor leaves and history is compacted
+// resumes from a fresh read and acquires. Its client talks to one member
+// only; stopping that member breaks the connection for real, and the watch
+// resumes, on restart, from a revision compacted away meanwhile.
+func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
+	c := etcdtest.Three(t)
+	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "compact"))
+	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
+	errc := waiter(t, c, newMutex(t, newSession(t, cli), "compact"), etcdtest.Context(t, wait))
+	c.Stop(0)
+	c.WaitLeader(t)
+	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := c.Admin.Put(etcdtest.Context(t, wait), "filler", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Compact(t)
+	c.Restart(t, 0)
+	if err := <-errc; err != nil {
+		t.Fatalf("Lock across compaction and reconnect: %v", err)
+	}
+}
+
+// S1 across a raft leader change: a new owner's token is greater.
+func TestTokensIncreaseAcrossLeaderChange(t *testing.T) {
+	c := etcdtest.Three(t)
+	m := newMutex(t, newSession(t, c.Client(t)), "leader-change")
+	h := lock(t, m)
+	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	c.StopLeader(t)
+	c.WaitLeader(t)
+	h2 := lock(t, newMutex(t, newSession(t, c.Client(t)), "leader-change"))
+	if h2.Token().Compare(h.Token()) <= 0 {
+		t.Fatalf("token after leader change %v not greater than %v", h2.Token(), h.Token())
+	}
+}

@@ -1,0 +1,90 @@
+package fencing
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+const (
+	// DefaultTTL is the lease TTL of a session created without WithTTL.
+	DefaultTTL = 10 * time.Second
+	// MinTTL is the shortest TTL NewSession accepts: below it, an etcd
+	// leader election alone (which extends leases) dominates the lease.
+	MinTTL = 2 * time.Second
+	// minMargin is the floor of the default safety margin.
+	minMargin = 500 * time.Millisecond
+)
+
+// SessionOption configures NewSession.
+type SessionOption func(*sessionConfig)
+
+type sessionConfig struct {
+	ttl      time.Duration
+	margin   time.Duration
+	marginOK bool // margin was set by WithSafetyMargin
+	logger   *slog.Logger
+	identity string
+}
+
+// WithTTL sets the lease TTL, rounded up to whole seconds (etcd's unit).
+// Longer survives longer pauses and partitions; shorter hands a crashed
+// holder's locks over sooner. Unset: DefaultTTL. NewSession returns
+// ErrInvalidArgument when d is below MinTTL.
+func WithTTL(d time.Duration) SessionOption {
+	return func(c *sessionConfig) { c.ttl = d }
+}
+
+// WithSafetyMargin sets how long before the server's earliest possible
+// expiry of the lease the session stops vouching for it. More absorbs longer
+// GC pauses and slower timers; less keeps ownership longer. Unset:
+// max(TTL/10, 500 ms). NewSession returns ErrInvalidArgument unless
+// 0 < d < TTL/2 (a margin of half the TTL or more would lose the lease
+// between two renewals).
+func WithSafetyMargin(d time.Duration) SessionOption {
+	return func(c *sessionConfig) { c.margin, c.marginOK = d, true }
+}
+
+// WithLogger makes the session log renewal failures and its end to l.
+// Unset: the session logs nothing.
+func WithLogger(l *slog.Logger) SessionOption {
+	return func(c *sessionConfig) { c.logger = l }
+}
+
+// WithIdentity sets the value written into every key the session creates,
+// so an operator reading etcd sees who holds or waits. Unset: "host/pid".
+func WithIdentity(id string) SessionOption {
+	return func(c *sessionConfig) { c.identity = id }
+}
+
+func newSessionConfig(opts []SessionOption) (sessionConfig, error) {
+	c := sessionConfig{ttl: DefaultTTL}
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		}
+		o(&c)
+	}
+	if c.ttl < MinTTL {
+		return c, fmt.Errorf("%w: TTL %v below %v", ErrInvalidArgument, c.ttl, MinTTL)
+	}
+	c.ttl = c.ttl.Round(0)
+	if r := c.ttl % time.Second; r != 0 {
+		c.ttl += time.Second - r
+	}
+	if !c.marginOK {
+		c.margin = max(c.ttl/10, minMargin)
+	}
+	if c.margin <= 0 || c.margin >= c.ttl/2 {
+		return c, fmt.Errorf("%w: safety margin %v not in (0, TTL/2 = %v)", ErrInvalidArgument, c.margin, c.ttl/2)
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if c.identity == "" {
+		host, _ := os.Hostname()
+		c.identity = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	return c, nil
+}

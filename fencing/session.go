@@ -1,0 +1,288 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Session is one etcd lease, kept alive, shared by any number of holds. It
+// vouches for its lease until ValidUntil, a deadline computed so that it
+// passes before the server can expire the lease; when it passes without a
+// renewal, or the lease is reported gone, or the session is closed, Done
+// closes and every hold on the session is lost. A session never recovers:
+// create a new one.
+//
+// A Session is safe for concurrent use.
+type Session struct {
+	cli      *clientv3.Client
+	id       clientv3.LeaseID
+	ttl      time.Duration // granted by the server
+	margin   time.Duration
+	period   time.Duration // between renewals
+	identity string
+	log      *slog.Logger
+	seq      atomic.Uint64 // numbers the keys of this session: never reused
+
+	ctx    context.Context // ends with the session: stops background work
+	cancel context.CancelFunc
+
+	closingCtx context.Context // ends when Close is called: stops a revoke after loss
+	closing    context.CancelFunc
+	wg         sync.WaitGroup // background goroutines, waited for by Close
+
+	mu         sync.Mutex
+	validUntil time.Time   // guarded by mu; only grows while the session lives
+	expiry     *time.Timer // guarded by mu; fires at validUntil
+	err        error       // guarded by mu; nil until done closes
+	done       chan struct{}
+}
+
+// NewSession grants a lease and keeps it alive until Close or until it is
+// lost. It returns ErrInvalidArgument for a nil or closed client or a bad
+// option, and ctx's error if ctx ends first; in every failure no lease is
+// left behind.
+func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption) (*Session, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("fencing: NewSession: %w: nil client", ErrInvalidArgument)
+	}
+	if cli.Ctx().Err() != nil {
+		return nil, fmt.Errorf("fencing: NewSession: %w: client is closed", ErrInvalidArgument)
+	}
+	cfg, err := newSessionConfig(opts)
+	if err != nil {
+		return nil, fmt.Errorf("fencing: NewSession: %w", err)
+	}
+	sent := time.Now()
+	g, err := cli.Grant(ctx, int64(cfg.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("fencing: NewSession: grant lease: %w", err)
+	}
+	s := &Session{
+		cli:        cli,
+		id:         g.ID,
+		ttl:        time.Duration(g.TTL) * time.Second,
+		margin:     cfg.margin,
+		identity:   cfg.identity,
+		log:        cfg.logger.With("lease", fmt.Sprintf("%x", int64(g.ID))),
+		validUntil: sent.Add(time.Duration(g.TTL)*time.Second - cfg.margin),
+		done:       make(chan struct{}),
+	}
+	s.period = s.ttl / 3
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.closingCtx, s.closing = context.WithCancel(context.Background())
+	s.expiry = time.AfterFunc(time.Until(s.validUntil), s.checkExpiry)
+	s.wg.Go(s.keepAlive)
+	s.log.Debug("session started", "ttl", s.ttl, "margin", s.margin)
+	return s, nil
+}
+
+// Lease returns the session's lease. Every key the session writes is
+// attached to it.
+func (s *Session) Lease() clientv3.LeaseID { return s.id }
+
+// Client returns the client the session was created with.
+func (s *Session) Client() *clientv3.Client { return s.cli }
+
+// TTL returns the lease TTL the server granted.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// ValidUntil is the last moment this process can prove its lease alive: the
+// send time of the last acknowledged keepalive (or of the grant), plus the
+// TTL the server granted, minus the safety margin. The server cannot expire
+// the lease before it (it starts counting the TTL when it receives the
+// request, after it was sent). Done closes no later than ValidUntil; after
+// Done closes, ValidUntil is in the past.
+//
+// It cannot stop a process that pauses right after reading it: fence your
+// writes.
+func (s *Session) ValidUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.validUntil
+}
+
+// Done returns a channel closed when the session stops vouching for its
+// lease: lease expired or revoked, not renewed before ValidUntil, or session
+// or client closed. It is never closed for any other reason.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns nil while Done is open, then why it closed: an error wrapping
+// ErrLeaseExpired, ErrLeaseUnconfirmed or ErrSessionClosed. The first cause
+// wins; later ones never replace it.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close ends the session: it closes Done first, so holds stop vouching
+// before anything is sent, then stops renewing and revokes the lease, which
+// releases every hold of the session at once. It returns within the earlier
+// of ctx's deadline and one TTL; if the revoke cannot be sent (a partition),
+// or the client is already closed, the lease expires on its own within one
+// TTL. Closing a closed session revokes again and returns nil if the lease is
+// gone.
+func (s *Session) Close(ctx context.Context) error {
+	s.lose(ErrSessionClosed)
+	defer s.wg.Wait()
+	defer s.closing() // a background revoke is redundant now
+	if s.cli.Ctx().Err() != nil {
+		return nil // nothing can be sent; the lease expires within one TTL
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.ttl)
+	defer cancel()
+	_, err := s.cli.Revoke(rctx, s.id)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("fencing: close session: revoke lease %x: %w", int64(s.id), err)
+	}
+	return nil
+}
+
+// lose ends the session with cause, unless it already ended.
+func (s *Session) lose(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return
+	}
+	s.err = cause
+	if now := time.Now(); now.Before(s.validUntil) {
+		s.validUntil = now
+	}
+	s.expiry.Stop()
+	close(s.done)
+	s.cancel()
+	if errors.Is(cause, ErrLeaseUnconfirmed) {
+		// The lease may still be alive on the server (a pause, a short
+		// partition): revoke it, so the next owner need not wait for it to
+		// expire. Bounded by one TTL, after which it has expired anyway.
+		s.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(s.closingCtx, s.ttl)
+			defer cancel()
+			s.cli.Revoke(ctx, s.id)
+		})
+	}
+	if errors.Is(cause, ErrSessionClosed) {
+		s.log.Debug("session closed", "cause", cause)
+	} else {
+		s.log.Warn("session lost", "cause", cause)
+	}
+}
+
+// checkExpiry runs when the expiry timer fires. A renewal may have moved
+// validUntil meanwhile: only a deadline that really passed ends the session.
+func (s *Session) checkExpiry() {
+	s.mu.Lock()
+	until := s.validUntil
+	s.mu.Unlock()
+	if time.Now().Before(until) {
+		return
+	}
+	s.lose(fmt.Errorf("%w: no renewal acknowledged since %v before %v", ErrLeaseUnconfirmed, s.ttl-s.margin,
+		until.Format(time.RFC3339Nano)))
+}
+
+// renewed extends validUntil after a renewal sent at sent was acknowledged
+// with ttl. A reply that arrives after validUntil passed cannot revive the
+// session: its holds may already have been given up.
+func (s *Session) renewed(sent time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || !time.Now().Before(s.validUntil) {
+		return
+	}
+	if until := sent.Add(ttl - s.margin); until.After(s.validUntil) {
+		s.validUntil = until
+		s.expiry.Reset(time.Until(until))
+	}
+}
+
+// keepAlive renews the lease every period. Each renewal is one KeepAliveOnce
+// with its send time taken before the call: clientv3's KeepAlive channel does
+// not say when the acknowledged request was sent.
+func (s *Session) keepAlive() {
+	wait := s.period
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.cli.Ctx().Done():
+			s.lose(fmt.Errorf("%w: client closed", ErrSessionClosed))
+			return
+		case <-time.After(wait):
+		}
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(s.ctx, s.period)
+		resp, err := s.cli.KeepAliveOnce(actx, s.id)
+		cancel()
+		switch {
+		case err == nil:
+			s.renewed(sent, time.Duration(resp.TTL)*time.Second)
+			wait = s.period - time.Since(sent)
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.lose(fmt.Errorf("%w: lease %x not found on renewal", ErrLeaseExpired, int64(s.id)))
+			return
+		default:
+			// Retry soon: ValidUntil leaves TTL-margin-period for retries.
+			s.log.Debug("lease renewal failed", "err", err)
+			wait = s.period / 4
+		}
+	}
+}
+
+// newKey returns a key under prefix that no other Lock call, of this session
+// or any other, ever uses.
+func (s *Session) newKey(prefix string) string {
+	return fmt.Sprintf("%s%016x-%d", prefix, int64(s.id), s.seq.Add(1))
+}
+
+// removeKey deletes a key of this session that must not stay: the key of a
+// failed or cancelled Lock. It tries once, bounded by one TTL even if ctx is
+// done; if that fails while the session lives, it keeps trying in the
+// background until the session ends (and the lease takes the key with it).
+func (s *Session) removeKey(ctx context.Context, key string) {
+	if s.tryRemove(ctx, key) {
+		return
+	}
+	s.background(func() {
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(s.period / 4):
+			}
+			if s.tryRemove(s.ctx, key) {
+				return
+			}
+		}
+	})
+}
+
+// background runs f in a goroutine that Close waits for, unless the session
+// already ended: then the lease is going anyway, and Close may be waiting.
+func (s *Session) background(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.wg.Go(f)
+	}
+}
+
+func (s *Session) tryRemove(ctx context.Context, key string) bool {
+	// ctx may be cancelled already, but the key must go.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.period)
+	defer cancel()
+	if _, err := s.cli.Delete(cctx, key); err != nil {
+		s.log.Debug("removing abandoned key failed", "key", key, "err", err)
+		return false
+	}
+	return true
+}

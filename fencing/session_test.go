@@ -1,0 +1,206 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// noLeases fails t if any lease exists: a failed NewSession must leave none.
+func noLeases(t *testing.T, c *etcdtest.Cluster) {
+	t.Helper()
+	resp, err := c.Admin.Leases(etcdtest.Context(t, wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Leases) != 0 {
+		t.Fatalf("%d leases left behind", len(resp.Leases))
+	}
+}
+
+func TestNewSessionRejectsBadInput(t *testing.T) {
+	c := etcdtest.Single(t)
+	closed := etcdtest.NewClient(t, c.Endpoints())
+	closed.Close()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	ctx := etcdtest.Context(t, wait)
+	for _, tc := range []struct {
+		name string
+		run  func() error
+		want error
+	}{
+		{"nil client", func() error { _, err := fencing.NewSession(ctx, nil); return err }, fencing.ErrInvalidArgument},
+		{"closed client", func() error { _, err := fencing.NewSession(ctx, closed); return err }, fencing.ErrInvalidArgument},
+		{"cancelled ctx", func() error { _, err := fencing.NewSession(cancelled, c.Admin); return err }, context.Canceled},
+		{"TTL below floor", func() error {
+			_, err := fencing.NewSession(ctx, c.Admin, fencing.WithTTL(1900*time.Millisecond))
+			return err
+		}, fencing.ErrInvalidArgument},
+		{"zero margin", func() error {
+			_, err := fencing.NewSession(ctx, c.Admin, fencing.WithSafetyMargin(0))
+			return err
+		}, fencing.ErrInvalidArgument},
+		{"margin half TTL", func() error {
+			_, err := fencing.NewSession(ctx, c.Admin, fencing.WithTTL(4*time.Second), fencing.WithSafetyMargin(2*time.Second))
+			return err
+		}, fencing.ErrInvalidArgument},
+		{"nil option", func() error { _, err := fencing.NewSession(ctx, c.Admin, nil); return err }, fencing.ErrInvalidArgument},
+		{"nil session", func() error { _, err := fencing.NewMutex(nil, "a"); return err }, fencing.ErrInvalidArgument},
+	} {
+		if err := tc.run(); !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v; want %v", tc.name, err, tc.want)
+		}
+	}
+	noLeases(t, c)
+}
+
+func TestSessionUsesGrantedTTL(t *testing.T) {
+	c := etcdtest.Single(t)
+	before := time.Now()
+	s := newSession(t, c.Admin, fencing.WithTTL(2500*time.Millisecond), fencing.WithSafetyMargin(time.Second))
+	if s.TTL() != 3*time.Second {
+		t.Fatalf("TTL() = %v; want 3s (2.5s rounded up)", s.TTL())
+	}
+	// Sent before the grant, so ValidUntil is at most before+TTL-margin.
+	if limit := before.Add(2 * time.Second); s.ValidUntil().After(time.Now().Add(2*time.Second)) || !s.ValidUntil().After(before) {
+		t.Fatalf("ValidUntil() = %v; want within (%v, %v]", s.ValidUntil(), before, limit)
+	}
+	ttl, err := c.Admin.TimeToLive(etcdtest.Context(t, wait), s.Lease())
+	if err != nil || ttl.GrantedTTL != 3 {
+		t.Fatalf("server lease: %+v, %v; want granted TTL 3", ttl, err)
+	}
+}
+
+func TestSessionRenews(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Admin, fencing.WithTTL(2*time.Second))
+	first := s.ValidUntil()
+	etcdtest.WaitFor(t, wait, "a renewal to extend ValidUntil", func() bool { return s.ValidUntil().After(first) })
+	// Renewed past the first deadline: the session outlived its first TTL.
+	etcdtest.WaitFor(t, wait, "the first deadline to pass", func() bool { return time.Now().After(first.Add(time.Second)) })
+	if err := s.Err(); err != nil {
+		t.Fatalf("session ended while renewing: %v", err)
+	}
+}
+
+func TestSessionEndsWhenLeaseRevoked(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second))
+	c.Revoke(t, s.Lease())
+	select {
+	case <-s.Done():
+	case <-time.After(wait):
+		t.Fatal("Done not closed after the lease was revoked")
+	}
+	if err := s.Err(); !errors.Is(err, fencing.ErrLeaseExpired) {
+		t.Fatalf("Err() = %v; want ErrLeaseExpired", err)
+	}
+	if !s.ValidUntil().Before(time.Now()) {
+		t.Fatalf("ValidUntil() = %v after the session ended; want in the past", s.ValidUntil())
+	}
+}
+
+func TestSessionCloseReleasesHolds(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	h := lock(t, newMutex(t, s, "close"))
+	if err := s.Close(etcdtest.Context(t, wait)); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Err(); !errors.Is(err, fencing.ErrSessionClosed) {
+		t.Fatalf("Err() = %v; want ErrSessionClosed", err)
+	}
+	if c.Exists(t, h.Key()) {
+		t.Fatal("hold's key outlived Close")
+	}
+	if err := s.Close(etcdtest.Context(t, wait)); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := newMutex(t, s, "close").Lock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrSessionExpired) {
+		t.Fatalf("Lock on closed session: %v; want ErrSessionExpired", err)
+	}
+	if err := h.Unlock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("Unlock after Close: %v; want ErrNotHeld", err)
+	}
+}
+
+func TestSessionEndsWhenClientCloses(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := etcdtest.NewClient(t, c.Endpoints())
+	s := newSession(t, cli)
+	cli.Close()
+	select {
+	case <-s.Done():
+	case <-time.After(wait):
+		t.Fatal("Done not closed after the client closed")
+	}
+	if err := s.Err(); !errors.Is(err, fencing.ErrSessionClosed) {
+		t.Fatalf("Err() = %v; want ErrSessionClosed", err)
+	}
+}
+
+// S3: a partitioned holder's session ends, and its ValidUntil lies, before
+// the server expires the lease and another client sees the key deleted. The
+// trials run side by side, each with its own client and link.
+func TestBlackholedSessionEndsBeforeServerDeletes(t *testing.T) {
+	const trials = 20
+	c := etcdtest.Single(t)
+	errs := make(chan error, trials)
+	for i := range trials {
+		cli, link := c.ProxiedClient(t)
+		s := newSession(t, cli, fencing.WithTTL(2*time.Second))
+		t.Cleanup(link.Restore) // before the session's Close, which revokes
+		h := lock(t, newMutex(t, s, fmt.Sprintf("blackhole/%d", i)))
+		wch := c.Admin.Watch(etcdtest.Context(t, wait), h.Key(), clientv3.WithCreatedNotify())
+		<-wch // armed
+		go func() { errs <- partitionTrial(s, link, wch) }()
+	}
+	for range trials {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// partitionTrial blackholes the session's link and checks that the session
+// stopped vouching before the server deleted its key.
+func partitionTrial(s *fencing.Session, link *etcdtest.Link, deletes clientv3.WatchChan) error {
+	link.Blackhole()
+	atCut := s.ValidUntil()
+	doneAt := make(chan time.Time, 1)
+	go func() {
+		<-s.Done()
+		doneAt <- time.Now()
+	}()
+	for resp := range deletes {
+		for _, ev := range resp.Events {
+			if ev.Type != clientv3.EventTypeDelete {
+				continue
+			}
+			deletedAt := time.Now()
+			var done time.Time
+			select {
+			case done = <-doneAt:
+			default:
+				return fmt.Errorf("lease %x: key deleted by the server while the session still vouched (ValidUntil %v, deleted %v)",
+					s.Lease(), atCut, deletedAt)
+			}
+			if !atCut.Before(deletedAt) || !done.Before(deletedAt) {
+				return fmt.Errorf("lease %x: ValidUntil at cut %v, Done at %v, not before the delete at %v",
+					s.Lease(), atCut, done, deletedAt)
+			}
+			if err := s.Err(); !errors.Is(err, fencing.ErrLeaseUnconfirmed) {
+				return fmt.Errorf("lease %x: Err() = %v; want ErrLeaseUnconfirmed", s.Lease(), err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("lease %x: watch ended without a delete", s.Lease())
+}

@@ -1,0 +1,201 @@
+// Package revqueue is the revision queue shared by fencing.Mutex and
+// election.Election: the keys under one prefix, ordered by create revision,
+// whose oldest key owns the name.
+//
+// Each waiter watches only its direct predecessor, so a handoff wakes one
+// waiter whatever the queue length, and every wait re-derives its position
+// from a fresh read after any doubt (a broken or compacted watch), never from
+// the order of events on different watches.
+package revqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrKeyGone is returned by Wait when the waiter's own key was deleted (by an
+// operator, or with its lease) before it reached the head of the queue.
+var ErrKeyGone = errors.New("revqueue: own key deleted while waiting")
+
+// ErrLost is returned by Wait when the lost channel closed.
+var ErrLost = errors.New("revqueue: session lost while waiting")
+
+// Queue is the waiting line of one name: every key under Prefix. Prefix must
+// isolate the name: no key of another name may start with it.
+type Queue struct {
+	Client *clientv3.Client
+	Prefix string
+}
+
+// Entry is one waiter's place in a queue.
+type Entry struct {
+	Key string
+	Rev int64 // create revision of Key: the fencing token once it owns
+
+	pred      string // key of the direct predecessor; "" once Entry owns
+	predOwner bool   // pred was the owner when last read
+	readRev   int64  // revision of the read that found pred
+}
+
+// Owner reports whether the entry was at the head of its queue when last read.
+func (e *Entry) Owner() bool { return e.pred == "" }
+
+// Enqueue writes key (with value, on lease) at the tail of the queue in one
+// txn, which also reads the entry's direct predecessor and the owner.
+func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, error) {
+	resp, err := q.Client.Txn(ctx).Then(
+		clientv3.OpPut(key, value, clientv3.WithLease(lease)),
+		// Within a txn, reads see its writes: our key is the newest, so the
+		// two newest keys are ours and our predecessor's.
+		clientv3.OpGet(q.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)),
+		clientv3.OpGet(q.Prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+	).Commit()
+	if err != nil {
+		return nil, err
+	}
+	newest := resp.Responses[1].GetResponseRange().Kvs
+	if len(newest) == 0 || string(newest[0].Key) != key {
+		return nil, fmt.Errorf("revqueue: enqueue %q: own key not newest in queue", key)
+	}
+	e := &Entry{Key: key, Rev: newest[0].CreateRevision, readRev: resp.Header.Revision}
+	if len(newest) > 1 {
+		e.setPred(newest[1], first(resp.Responses[2].GetResponseRange().Kvs))
+	}
+	return e, nil
+}
+
+// TryEnqueue writes key only if the queue is empty, in one txn. When it is
+// not, it writes nothing and returns the owner's key-value instead.
+func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, *mvccpb.KeyValue, error) {
+	resp, err := q.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(q.Prefix), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease)), clientv3.OpGet(key)).
+		Else(clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !resp.Succeeded {
+		return nil, first(resp.Responses[0].GetResponseRange().Kvs), nil
+	}
+	kv := first(resp.Responses[1].GetResponseRange().Kvs)
+	if kv == nil {
+		return nil, nil, fmt.Errorf("revqueue: try enqueue %q: key missing after put", key)
+	}
+	return &Entry{Key: key, Rev: kv.CreateRevision, readRev: resp.Header.Revision}, nil, nil
+}
+
+// Wait blocks until e owns the queue, and returns nil only after a read that
+// found e's key alive (so its lease too) and no older key in the queue.
+// It returns ErrKeyGone if e's key disappeared, ErrLost once lost is closed,
+// or ctx's error. A broken or compacted watch is resumed from a fresh read.
+func (q Queue) Wait(ctx context.Context, e *Entry, lost <-chan struct{}) error {
+	for !e.Owner() {
+		sure, err := q.waitDeleted(ctx, e.pred, e.readRev, lost)
+		if err != nil {
+			return err
+		}
+		if err := q.confirm(ctx, e, !sure); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitDeleted returns once key is gone (sure) or once a watch failure leaves
+// the question open (not sure). readRev is the revision at which key was
+// last seen to exist.
+func (q Queue) waitDeleted(ctx context.Context, key string, readRev int64, lost <-chan struct{}) (sure bool, err error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	// Watch from now, not from readRev+1: a watch that starts in the past is
+	// served by etcd's unsynced loop, every 100 ms. The gap between readRev and
+	// the watch's start is covered by one read below.
+	wch := q.Client.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-lost:
+			return false, ErrLost
+		case resp, ok := <-wch:
+			if !ok || resp.Canceled || resp.Err() != nil {
+				if ctx.Err() != nil {
+					return false, ctx.Err()
+				}
+				return false, nil
+			}
+			if resp.Created {
+				if resp.Header.Revision <= readRev {
+					continue
+				}
+				// Keys are never reused: if key exists now, it was not
+				// deleted in the gap, and the watch sees any later delete.
+				g, err := q.Client.Get(ctx, key, clientv3.WithCountOnly())
+				if err != nil {
+					return false, err
+				}
+				if g.Count == 0 {
+					return true, nil
+				}
+				continue
+			}
+			if len(resp.Events) > 0 { // puts are filtered out: a delete
+				return true, nil
+			}
+		}
+	}
+}
+
+// confirm checks, in one txn, that e's key still exists, and finds its new
+// predecessor. When the predecessor that just went was the owner, nothing
+// older than e can remain (keys only join at the tail), so the check is O(1)
+// unless full is set.
+func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
+	mine := clientv3.Compare(clientv3.CreateRevision(e.Key), "=", e.Rev)
+	if e.predOwner && !full {
+		resp, err := q.Client.Txn(ctx).If(mine).Commit()
+		if err != nil {
+			return err
+		}
+		if !resp.Succeeded {
+			return ErrKeyGone
+		}
+		e.pred, e.predOwner = "", false
+		return nil
+	}
+	resp, err := q.Client.Txn(ctx).If(mine).Then(
+		clientv3.OpGet(q.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev-1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
+		clientv3.OpGet(q.Prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+	).Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return ErrKeyGone
+	}
+	e.readRev = resp.Header.Revision
+	e.pred, e.predOwner = "", false
+	if pred := first(resp.Responses[0].GetResponseRange().Kvs); pred != nil {
+		e.setPred(pred, first(resp.Responses[1].GetResponseRange().Kvs))
+	}
+	return nil
+}
+
+func (e *Entry) setPred(pred, owner *mvccpb.KeyValue) {
+	e.pred = string(pred.Key)
+	e.predOwner = owner != nil && string(owner.Key) == e.pred
+}
+
+func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0]
+}
