@@ -1,0 +1,19 @@
+// Package fencing is the revision mutex: locks on etcd whose every owner
+// holds a fencing token greater than every earlier owner's.
+//
+// A Session is one etcd lease, kept alive. It vouches for the lease until
+// ValidUntil, computed from the send time of the last acknowledged renewal so
+// that it passes before the server can expire the lease; Done closes then, or
+// as soon as the lease is revoked or the session closed.
+//
+// A Mutex is a queue of keys under one name, ordered by create revision. Lock
+// queues one key per call and returns a Hold once that key is the oldest;
+// the key's create revision is the Hold's Token. Revisions only grow, so
+// tokens of successive owners strictly increase.
+//
+// What a Hold does not do is stop a process that pauses while it holds: after
+// a long GC pause or SIGSTOP, a former owner can still run code that believes
+// it owns the lock. Two things make that harmless: writes into etcd guarded by
+// Hold.IsOwner (package guard builds them), and writes elsewhere that carry
+// the token, so the store can refuse a token older than one it has seen.
+package fencing

@@ -1,0 +1,91 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+)
+
+// This example acquires a lock, uses its token, and releases it.
+func ExampleMutex_Lock() {
+	ctx := context.Background()
+	s, err := fencing.NewSession(ctx, exampleClient(), fencing.WithTTL(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx)
+	m, err := fencing.NewMutex(s, "jobs/billing")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	h, err := m.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Send h.Token() with every write this owner makes to another store.
+	fmt.Println("holding", h.Token().Name)
+	fmt.Println(h.Unlock(ctx))
+	fmt.Println(errors.Is(h.Unlock(ctx), fencing.ErrNotHeld))
+	// Output:
+	// holding jobs/billing
+	// <nil>
+	// true
+}
+
+// This example shows a second session failing fast on a held lock, and its
+// later owner getting a greater token.
+func ExampleMutex_TryLock() {
+	ctx := context.Background()
+	a, _ := fencing.NewSession(ctx, exampleClient()) // error checks trimmed
+	defer a.Close(ctx)
+	b, _ := fencing.NewSession(ctx, exampleClient())
+	defer b.Close(ctx)
+	ma, _ := fencing.NewMutex(a, "reports/daily")
+	mb, _ := fencing.NewMutex(b, "reports/daily")
+
+	first, _ := ma.Lock(ctx)
+	_, err := mb.TryLock(ctx)
+	fmt.Println(errors.Is(err, fencing.ErrLocked))
+
+	first.Unlock(ctx)
+	second, _ := mb.TryLock(ctx)
+	fmt.Println(second.Token().Compare(first.Token()))
+	second.Unlock(ctx)
+	// Output:
+	// true
+	// 1
+}
+
+// This example shows a token as text and back, as it travels in an HTTP
+// header or a log line.
+func ExampleParseToken() {
+	tok := fencing.Token{Name: "jobs/billing", Revision: 1234}
+	fmt.Println(tok)
+	back, err := fencing.ParseToken(tok.String())
+	fmt.Println(back == tok, err)
+	_, err = fencing.ParseToken("jobs/billing@0")
+	fmt.Println(errors.Is(err, fencing.ErrInvalidToken))
+	// Output:
+	// jobs/billing@1234
+	// true <nil>
+	// true
+}
+
+// This example shows why a session ends: here, the lease was revoked.
+func ExampleSession_Done() {
+	ctx := context.Background()
+	s, _ := fencing.NewSession(ctx, exampleClient(), fencing.WithTTL(2*time.Second))
+	exampleClient().Revoke(ctx, s.Lease()) // an operator revokes the lease
+	<-s.Done()
+	fmt.Println(errors.Is(s.Err(), fencing.ErrLeaseExpired))
+	fmt.Println(s.ValidUntil().Before(time.Now()))
+	// Output:
+	// true
+	// true
+}

@@ -1,0 +1,86 @@
+package revqueue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/revqueue"
+)
+
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+// Only the direct successor of a departing key wakes, and a waiter whose
+// predecessor was not the owner re-reads the queue instead of acquiring.
+func TestWaitFollowsPredecessors(t *testing.T) {
+	c := etcdtest.Single(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	g, err := c.Admin.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctr etcdtest.Counter
+	q := revqueue.Queue{Client: c.Client(t, etcdtest.WithCounter(&ctr)), Prefix: "q\x00"}
+	var entries []*revqueue.Entry
+	for _, k := range []string{"q\x00a", "q\x00b", "q\x00c"} {
+		e, err := q.Enqueue(ctx, k, "v", g.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e)
+	}
+	if !entries[0].Owner() || entries[1].Owner() || entries[2].Owner() {
+		t.Fatalf("owners after enqueue: %v %v %v; want only the first", entries[0].Owner(), entries[1].Owner(), entries[2].Owner())
+	}
+	if _, owner, err := q.TryEnqueue(ctx, "q\x00d", "v", g.ID); err != nil || owner == nil || string(owner.Key) != "q\x00a" {
+		t.Fatalf("TryEnqueue on a busy queue: owner %v, err %v; want q\\x00a", owner, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.Wait(ctx, entries[2], nil) }()
+	etcdtest.WaitFor(t, 10*time.Second, "the watch on b", func() bool { return ctr.Requests("Watch") >= 1 })
+	// The middle waiter gives up: the last one must re-read and watch the
+	// first key, not acquire while it still owns.
+	c.Delete(t, "q\x00b")
+	// Requests so far: 4 enqueues and the re-read; watches on b, then a.
+	etcdtest.WaitFor(t, 10*time.Second, "the watch on a", func() bool {
+		return ctr.Requests("Txn") >= 5 && ctr.Requests("Watch") >= 2
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned %v while the first key still owned", err)
+	default:
+	}
+	c.Delete(t, "q\x00a")
+	if err := <-done; err != nil || !entries[2].Owner() {
+		t.Fatalf("Wait = %v, owner %v; want ownership", err, entries[2].Owner())
+	}
+}
+
+func TestWaitReportsDeletedOwnKey(t *testing.T) {
+	c := etcdtest.Single(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	g, err := c.Admin.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := revqueue.Queue{Client: c.Admin, Prefix: "q\x00"}
+	if _, err := q.Enqueue(ctx, "q\x00a", "v", g.ID); err != nil {
+		t.Fatal(err)
+	}
+	e, err := q.Enqueue(ctx, "q\x00b", "v", g.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Delete(t, "q\x00b")
+	c.Delete(t, "q\x00a")
+	if err := q.Wait(ctx, e, nil); !errors.Is(err, revqueue.ErrKeyGone) {
+		t.Fatalf("Wait with own key deleted = %v; want ErrKeyGone", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := q.Wait(cctx, &revqueue.Entry{}, nil); err != nil {
+		t.Fatalf("Wait of an owner = %v; want nil at once", err)
+	}
+}
