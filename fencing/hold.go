@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -12,16 +13,18 @@ import (
 // Hold is one acquired ownership of a lock: one key in etcd, created by one
 // Lock call. It is safe for concurrent use.
 //
-// A Hold does not watch for its own loss: use guard.Watch for a context that
-// ends when ownership can no longer be proven, and guard.Txn (or IsOwner in
-// your own txns) for writes that must only commit while it holds.
+// Context gives a context that ends when ownership can no longer be proven;
+// guard.Txn (or IsOwner in your own txns) makes writes that commit only while
+// the hold owns the lock.
 type Hold struct {
 	s     *Session // set at creation, never changed: read without locking
 	token Token
 	key   string
 
-	mu       sync.Mutex // serialises Unlock
-	released bool       // guarded by mu: Unlock succeeded or found the key gone
+	mu       sync.Mutex         // serialises Unlock and Context
+	released bool               // guarded by mu: Unlock succeeded or found the key gone
+	ctx      context.Context    // guarded by mu: nil until Context is first called
+	stop     context.CancelFunc // guarded by mu: ends ctx's watch
 }
 
 func newHold(m *Mutex, e *revqueue.Entry) *Hold {
@@ -59,6 +62,8 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	if h.released {
 		return fmt.Errorf("fencing: unlock %v: %w: already released", h.token, ErrNotHeld)
 	}
+	// Work under the hold stops before the key goes, whatever the outcome.
+	ownwatch.Lost(h.key, fmt.Errorf("%w: released by Unlock", ErrNotHeld))
 	// Keys are never reused, so a plain delete of ours is as safe as a
 	// compare-guarded one: it cannot touch a later owner's key.
 	resp, err := h.s.cli.Delete(ctx, h.key)
@@ -66,6 +71,9 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		return fmt.Errorf("fencing: unlock %v: %w", h.token, err)
 	}
 	h.released = true
+	if h.stop != nil {
+		h.stop()
+	}
 	if resp.Deleted == 0 {
 		return fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
 	}
@@ -73,4 +81,26 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		return fmt.Errorf("fencing: unlock %v: %w: %w", h.token, ErrNotHeld, err)
 	}
 	return nil
+}
+
+// Context returns a context that is cancelled as soon as the hold can no
+// longer prove ownership, with the cause (context.Cause): the key deleted or
+// replaced (guard.ErrOwnerKeyGone), the session's Err (lease expired or
+// revoked, ValidUntil passed without a renewal, session closed), or
+// ErrNotHeld once Unlock was called. It is guard.Watch of this hold, made on
+// the first call (which waits until the watch is established on the server)
+// and shared by later ones; a Lock pays for no watch until it is asked for.
+func (h *Hold) Context() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx == nil {
+		if h.released {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			cancel(fmt.Errorf("%w: released by Unlock", ErrNotHeld))
+			return ctx
+		}
+		h.ctx, h.stop = ownwatch.Watch(context.Background(),
+			ownwatch.Owner{Client: h.s.cli, Key: h.key, Rev: h.token.Revision, Lease: h.s, LeaseID: h.s.id, Expired: ErrLeaseExpired})
+	}
+	return h.ctx
 }

@@ -1,5 +1,11 @@
-// Package guard makes etcd writes that commit only while an owner still holds
-// its lock or term, and contexts that end the moment ownership is lost.
+// Package guard makes etcd writes that commit only while an owner still
+// holds its lock or term, and contexts that end the moment ownership can no
+// longer be proven. An owner is anything that owns one etcd key: a
+// *fencing.Hold or an *election.Term.
 //
-// Not yet implemented: see issue #4.
+// A guarded txn is decided by etcd at commit time, so it stays exact however
+// late the process runs: a holder paused past its lease gets ErrNotOwner, not
+// a lost update. A watched context is the other half: it tells running work
+// to stop, no later than the session's ValidUntil, so that it rarely gets as
+// far as a write that would fail.
 package guard

@@ -59,7 +59,7 @@ func Main(m *testing.M, opts ...goleak.Option) {
 // killed for real.
 type Proc struct {
 	cmd   *exec.Cmd
-	stdin io.Closer
+	stdin io.WriteCloser
 	lines chan string
 	done  chan struct{} // closed when the process has exited and been reaped
 }
@@ -126,6 +126,14 @@ func (p *Proc) Expect(t testing.TB, d time.Duration, prefix string) string {
 		case <-timeout:
 			t.Fatalf("etcdtest: helper printed no %q within %v", prefix, d)
 		}
+	}
+}
+
+// Send writes line, and a newline, to the helper's stdin.
+func (p *Proc) Send(t testing.TB, line string) {
+	t.Helper()
+	if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
+		t.Fatalf("etcdtest: send to helper %d: %v", p.Pid(), err)
 	}
 }
 

@@ -1,0 +1,60 @@
+package guard
+
+import (
+	"context"
+	"errors"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/ownwatch"
+)
+
+// ErrOwnerKeyGone is the cause of a watched context whose owner key was
+// deleted (by an operator, or with its lease) or replaced.
+var ErrOwnerKeyGone = ownwatch.ErrKeyGone
+
+// Owner is one ownership of one etcd key, proven by the key's create
+// revision (the token's Revision). *fencing.Hold and *election.Term
+// implement it.
+type Owner interface {
+	Token() fencing.Token
+	Key() string
+	Session() *fencing.Session
+}
+
+// Watch returns a context that is cancelled as soon as o can no longer prove
+// ownership. context.Cause names the first loss, and later ones never
+// replace it: ErrOwnerKeyGone (key deleted or replaced; when its lease was
+// revoked or expired, the cause wraps fencing.ErrLeaseExpired too), or the
+// session's Err (fencing.ErrLeaseExpired, fencing.ErrLeaseUnconfirmed when
+// ValidUntil passed without a renewal, fencing.ErrSessionClosed), or ctx's
+// own cause.
+//
+// Watch returns once its watch is established on the server, so a deletion
+// after it returns is seen within one watch round trip; if ownership is
+// already lost, the returned context is already done. A compacted or broken
+// watch is resumed from a fresh read of the key and never ends a valid hold.
+// Watches of one client share its watch stream, and every hold of a session
+// shares the session's single keepalive.
+//
+// The returned CancelFunc ends the watch and returns once its goroutine has
+// exited; call it when the work is done.
+func Watch(ctx context.Context, o Owner) (context.Context, context.CancelFunc) {
+	s := o.Session()
+	return ownwatch.Watch(ctx, ownwatch.Owner{Client: s.Client(), Key: o.Key(), Rev: o.Token().Revision,
+		Lease: s, LeaseID: s.Lease(), Expired: fencing.ErrLeaseExpired})
+}
+
+// Do runs f under a context watched for o's ownership (see Watch) and returns
+// f's error. If f returns an error after ownership was lost, Do returns the
+// loss cause joined to it, so errors.Is finds both.
+func Do(ctx context.Context, o Owner, f func(ctx context.Context) error) error {
+	wctx, cancel := Watch(ctx, o)
+	defer cancel()
+	err := f(wctx)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		if cause := context.Cause(wctx); cause != err {
+			return errors.Join(err, cause)
+		}
+	}
+	return err
+}

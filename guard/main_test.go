@@ -1,0 +1,131 @@
+package guard_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) {
+	etcdtest.RegisterHelper("holder", holder)
+	etcdtest.Main(m)
+}
+
+const wait = 30 * time.Second
+
+// holder locks a name and prints "locked <token>", then for each stdin line
+// "write <key> <value>" makes a guarded put and prints "wrote ok",
+// "wrote notowner" or "wrote error <err>". Args: endpoint, name, TTL.
+func holder(args []string) int {
+	ttl, _ := time.ParseDuration(args[2])
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{args[0]}, Logger: zap.NewNop()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(ttl))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	m, _ := fencing.NewMutex(s, args[1])
+	h, err := m.Lock(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("locked", h.Token())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) != 3 || f[0] != "write" {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := guard.Put(wctx, h, f[1], f[2])
+		cancel()
+		switch {
+		case err == nil:
+			fmt.Println("wrote ok")
+		case errors.Is(err, guard.ErrNotOwner):
+			fmt.Println("wrote notowner")
+		default:
+			fmt.Println("wrote error", err)
+		}
+	}
+	return 0
+}
+
+func newSession(t testing.TB, cli *clientv3.Client, opts ...fencing.SessionOption) *fencing.Session {
+	t.Helper()
+	s, err := fencing.NewSession(etcdtest.Context(t, wait), cli, opts...)
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	return s
+}
+
+func lock(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
+	t.Helper()
+	m, err := fencing.NewMutex(s, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.Lock(etcdtest.Context(t, wait))
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", name, err)
+	}
+	return h
+}
+
+// watch is guard.Watch whose cancel runs at the end of the test.
+func watch(t testing.TB, o guard.Owner) context.Context {
+	t.Helper()
+	ctx, cancel := guard.Watch(t.Context(), o)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// cancelled waits for ctx to end and returns its cause.
+func cancelled(t testing.TB, ctx context.Context) error {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(wait):
+		t.Fatal("watched context not cancelled")
+		return nil
+	}
+}
+
+func get(t testing.TB, c *etcdtest.Cluster, key string) string {
+	t.Helper()
+	resp, err := c.Admin.Get(etcdtest.Context(t, wait), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+func exampleClient() *clientv3.Client { return etcdtest.Shared().Admin }

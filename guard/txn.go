@@ -1,0 +1,101 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/leasehold/leasehold/internal/ownwatch"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrNotOwner is returned by GuardedTxn.Commit when the owner no longer
+// owned its key at commit time. Nothing in the txn was applied.
+var ErrNotOwner = errors.New("guard: not owner")
+
+// GuardedTxn is a txn that commits only while its owner still owns its key.
+// Build it like a clientv3.Txn: If, Then and Else at most once each, in that
+// order, then Commit.
+type GuardedTxn struct {
+	ctx   context.Context
+	o     Owner
+	cmps  []clientv3.Cmp
+	thens []clientv3.Op
+	elses []clientv3.Op
+}
+
+// Txn returns a txn guarded by o's ownership.
+func Txn(ctx context.Context, o Owner) *GuardedTxn { return &GuardedTxn{ctx: ctx, o: o} }
+
+// If adds the caller's own compares.
+func (g *GuardedTxn) If(cs ...clientv3.Cmp) *GuardedTxn {
+	g.cmps = append(g.cmps, cs...)
+	return g
+}
+
+// Then adds the ops run when the caller's compares hold.
+func (g *GuardedTxn) Then(ops ...clientv3.Op) *GuardedTxn {
+	g.thens = append(g.thens, ops...)
+	return g
+}
+
+// Else adds the ops run when a caller's compare fails.
+func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
+	g.elses = append(g.elses, ops...)
+	return g
+}
+
+// Commit sends the txn as one etcd request. If the owner no longer owned its
+// key at commit time, nothing was applied and Commit returns an error
+// wrapping ErrNotOwner; the owner's watched contexts are then cancelled at
+// once with ErrOwnerKeyGone. Otherwise it returns the response of the
+// caller's txn, as clientv3 would: Succeeded tells whether the caller's
+// compares held, Responses are the results of the branch that ran.
+func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
+	own := clientv3.Compare(clientv3.CreateRevision(g.o.Key()), "=", g.o.Token().Revision)
+	txn := g.o.Session().Client().Txn(g.ctx).If(own)
+	nested := len(g.cmps) > 0
+	if nested {
+		// The caller's txn nested in the ownership check: a failed compare
+		// of the caller's is told apart from a lost ownership.
+		txn = txn.Then(clientv3.OpTxn(g.cmps, g.thens, g.elses))
+	} else {
+		// Without compares of its own, the caller's txn always takes Then:
+		// the flat form means the same, for less work.
+		txn = txn.Then(g.thens...)
+	}
+	resp, err := txn.Commit()
+	if err != nil {
+		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), err)
+	}
+	if !resp.Succeeded {
+		ownwatch.Lost(g.o.Key(), fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
+			ErrOwnerKeyGone, resp.Header.Revision))
+		return nil, fmt.Errorf("guard: txn for %v at revision %d: %w", g.o.Token(), resp.Header.Revision, ErrNotOwner)
+	}
+	if !nested {
+		return resp, nil
+	}
+	inner := resp.Responses[0].GetResponseTxn()
+	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: inner.Succeeded, Responses: inner.Responses}, nil
+}
+
+// Put writes key=val only while o owns its key. It returns ErrNotOwner as
+// Commit does.
+func Put(ctx context.Context, o Owner, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	resp, err := Txn(ctx, o).Then(clientv3.OpPut(key, val, opts...)).Commit()
+	if err != nil {
+		return nil, err
+	}
+	return (*clientv3.PutResponse)(resp.Responses[0].GetResponsePut()), nil
+}
+
+// Delete deletes key only while o owns its key. It returns ErrNotOwner as
+// Commit does.
+func Delete(ctx context.Context, o Owner, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	resp, err := Txn(ctx, o).Then(clientv3.OpDelete(key, opts...)).Commit()
+	if err != nil {
+		return nil, err
+	}
+	return (*clientv3.DeleteResponse)(resp.Responses[0].GetResponseDeleteRange()), nil
+}
