@@ -9,7 +9,6 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // noLeases fails t if any lease exists: a failed NewSession must leave none.
@@ -158,9 +157,8 @@ func TestBlackholedSessionEndsBeforeServerDeletes(t *testing.T) {
 		s := newSession(t, cli, fencing.WithTTL(2*time.Second))
 		t.Cleanup(link.Restore) // before the session's Close, which revokes
 		h := lock(t, newMutex(t, s, fmt.Sprintf("blackhole/%d", i)))
-		wch := c.Admin.Watch(etcdtest.Context(t, wait), h.Key(), clientv3.WithCreatedNotify())
-		<-wch // armed
-		go func() { errs <- partitionTrial(s, link, wch) }()
+		deletion := c.Deletion(t, h.Key())
+		go func() { errs <- partitionTrial(s, link, deletion) }()
 	}
 	for range trials {
 		if err := <-errs; err != nil {
@@ -171,36 +169,26 @@ func TestBlackholedSessionEndsBeforeServerDeletes(t *testing.T) {
 
 // partitionTrial blackholes the session's link and checks that the session
 // stopped vouching before the server deleted its key.
-func partitionTrial(s *fencing.Session, link *etcdtest.Link, deletes clientv3.WatchChan) error {
+func partitionTrial(s *fencing.Session, link *etcdtest.Link, deletion <-chan time.Time) error {
 	link.Blackhole()
 	atCut := s.ValidUntil()
-	doneAt := make(chan time.Time, 1)
-	go func() {
-		<-s.Done()
-		doneAt <- time.Now()
-	}()
-	for resp := range deletes {
-		for _, ev := range resp.Events {
-			if ev.Type != clientv3.EventTypeDelete {
-				continue
-			}
-			deletedAt := time.Now()
-			var done time.Time
-			select {
-			case done = <-doneAt:
-			default:
-				return fmt.Errorf("lease %x: key deleted by the server while the session still vouched (ValidUntil %v, deleted %v)",
-					s.Lease(), atCut, deletedAt)
-			}
-			if !atCut.Before(deletedAt) || !done.Before(deletedAt) {
-				return fmt.Errorf("lease %x: ValidUntil at cut %v, Done at %v, not before the delete at %v",
-					s.Lease(), atCut, done, deletedAt)
-			}
-			if err := s.Err(); !errors.Is(err, fencing.ErrLeaseUnconfirmed) {
-				return fmt.Errorf("lease %x: Err() = %v; want ErrLeaseUnconfirmed", s.Lease(), err)
-			}
-			return nil
-		}
+	doneAt := etcdtest.When(s.Done())
+	deletedAt, ok := <-deletion
+	if !ok {
+		return fmt.Errorf("lease %x: watch ended without a delete", s.Lease())
 	}
-	return fmt.Errorf("lease %x: watch ended without a delete", s.Lease())
+	select {
+	case done := <-doneAt:
+		if !atCut.Before(deletedAt) || !done.Before(deletedAt) {
+			return fmt.Errorf("lease %x: ValidUntil at cut %v, Done at %v, not before the delete at %v",
+				s.Lease(), atCut, done, deletedAt)
+		}
+	default:
+		return fmt.Errorf("lease %x: key deleted by the server while the session still vouched (ValidUntil %v, deleted %v)",
+			s.Lease(), atCut, deletedAt)
+	}
+	if err := s.Err(); !errors.Is(err, fencing.ErrLeaseUnconfirmed) {
+		return fmt.Errorf("lease %x: Err() = %v; want ErrLeaseUnconfirmed", s.Lease(), err)
+	}
+	return nil
 }

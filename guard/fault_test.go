@@ -10,7 +10,6 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // S3: a blackholed holder's watched context is cancelled strictly before
@@ -26,9 +25,11 @@ func TestBlackholedHolderStopsBeforeServerDeletes(t *testing.T) {
 		t.Cleanup(link.Restore) // before the session's Close, which revokes
 		h := lock(t, s, fmt.Sprintf("blackhole/%d", i))
 		work := watch(t, h)
-		deletes := c.Admin.Watch(etcdtest.Context(t, wait), h.Key(), clientv3.WithCreatedNotify())
-		<-deletes // armed
-		go func() { errs <- cutOff(h, work, link, deletes) }()
+		deletion := c.Deletion(t, h.Key())
+		go func() {
+			link.Blackhole()
+			errs <- stoppedBefore(h, work, deletion)
+		}()
 	}
 	for range trials {
 		if err := <-errs; err != nil {
@@ -37,34 +38,26 @@ func TestBlackholedHolderStopsBeforeServerDeletes(t *testing.T) {
 	}
 }
 
-func cutOff(h *fencing.Hold, work context.Context, link *etcdtest.Link, deletes clientv3.WatchChan) error {
-	link.Blackhole()
-	cancelledAt := make(chan time.Time, 1)
-	go func() {
-		<-work.Done()
-		cancelledAt <- time.Now()
-	}()
-	for resp := range deletes {
-		for _, ev := range resp.Events {
-			if ev.Type != clientv3.EventTypeDelete {
-				continue
-			}
-			deletedAt := time.Now()
-			select {
-			case at := <-cancelledAt:
-				if !at.Before(deletedAt) {
-					return fmt.Errorf("%v: cancelled at %v, not before the delete at %v", h.Token(), at, deletedAt)
-				}
-			default:
-				return fmt.Errorf("%v: key deleted by the server while the work context was live", h.Token())
-			}
-			if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
-				return fmt.Errorf("%v: cause %v; want ErrLeaseUnconfirmed", h.Token(), cause)
-			}
-			return nil
-		}
+// stoppedBefore checks that work ended, for an unconfirmed lease, before the
+// deletion of h's key was seen.
+func stoppedBefore(h *fencing.Hold, work context.Context, deletion <-chan time.Time) error {
+	cancelledAt := etcdtest.When(work.Done())
+	deletedAt, ok := <-deletion
+	if !ok {
+		return fmt.Errorf("%v: watch ended without a delete", h.Token())
 	}
-	return fmt.Errorf("%v: watch ended without a delete", h.Token())
+	select {
+	case at := <-cancelledAt:
+		if !at.Before(deletedAt) {
+			return fmt.Errorf("%v: cancelled at %v, not before the delete at %v", h.Token(), at, deletedAt)
+		}
+	default:
+		return fmt.Errorf("%v: key deleted by the server while the work context was live", h.Token())
+	}
+	if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
+		return fmt.Errorf("%v: cause %v; want ErrLeaseUnconfirmed", h.Token(), cause)
+	}
+	return nil
 }
 
 // S2 under a real pause: a holder SIGSTOPped past its TTL loses the lock to

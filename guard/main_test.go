@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -21,8 +22,6 @@ func TestMain(m *testing.M) {
 	etcdtest.RegisterHelper("holder", holder)
 	etcdtest.Main(m)
 }
-
-const wait = 30 * time.Second
 
 // holder locks a name and prints "locked <token>", then for each stdin line
 // "write <key> <value>" makes a guarded put and prints "wrote ok",
@@ -69,32 +68,12 @@ func holder(args []string) int {
 	return 0
 }
 
-func newSession(t testing.TB, cli *clientv3.Client, opts ...fencing.SessionOption) *fencing.Session {
-	t.Helper()
-	s, err := fencing.NewSession(etcdtest.Context(t, wait), cli, opts...)
-	if err != nil {
-		t.Fatalf("NewSession: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	})
-	return s
-}
+var (
+	newSession = fencingtest.Session
+	lock       = fencingtest.Lock
+)
 
-func lock(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
-	t.Helper()
-	m, err := fencing.NewMutex(s, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := m.Lock(etcdtest.Context(t, wait))
-	if err != nil {
-		t.Fatalf("Lock(%q): %v", name, err)
-	}
-	return h
-}
+const wait = fencingtest.Wait
 
 // watch is guard.Watch whose cancel runs at the end of the test.
 func watch(t testing.TB, o guard.Owner) context.Context {

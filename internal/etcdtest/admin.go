@@ -67,3 +67,34 @@ func (c *Cluster) Keys(t testing.TB, prefix string) []string {
 	}
 	return keys
 }
+
+// Deletion watches key from the admin client and returns a channel that
+// receives the time at which the deletion of key was seen. The watch is
+// established when Deletion returns. The channel is closed without a value if
+// the test ends first.
+func (c *Cluster) Deletion(t testing.TB, key string) <-chan time.Time {
+	t.Helper()
+	wch := c.Admin.Watch(Context(t, time.Minute), key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	<-wch
+	seen := make(chan time.Time, 1)
+	go func() {
+		defer close(seen)
+		for resp := range wch {
+			if len(resp.Events) > 0 {
+				seen <- time.Now()
+				return
+			}
+		}
+	}()
+	return seen
+}
+
+// When returns a channel that receives the time at which done closed.
+func When(done <-chan struct{}) <-chan time.Time {
+	at := make(chan time.Time, 1)
+	go func() {
+		<-done
+		at <- time.Now()
+	}()
+	return at
+}
