@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/internal/revqueue"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Mutex is a distributed lock on one name: a queue of keys ordered by etcd
@@ -32,10 +31,10 @@ func NewMutex(s *Session, name string) (*Mutex, error) {
 	if s == nil {
 		return nil, fmt.Errorf("fencing: NewMutex: %w: nil session", ErrInvalidArgument)
 	}
-	if err := validName(name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fencing: NewMutex: %w", err)
 	}
-	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: lockPrefix(name)}}, nil
+	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: revqueue.Prefix("lock", name)}}, nil
 }
 
 // Name returns the lock's name.
@@ -45,28 +44,18 @@ func (m *Mutex) Name() string { return m.name }
 // success the hold's key existed, on the session's live lease, at a revision
 // where it was the oldest in the queue; the session had not ended.
 //
-// Uncontended, it sends one request. Contended, it waits for the deletion
-// of the key just ahead of its own (so only the direct successor wakes on a
+// Uncontended, it sends one request. Contended, it waits for the deletion of
+// the key just ahead of its own (so only the direct successor wakes on a
 // handoff) and survives compaction and reconnects. It returns an error
-// wrapping ErrSessionExpired if the session ends first, ErrKeyDeleted if its
-// queued key is deleted by someone else, or ctx's error. On every failure
-// its key is removed, within one TTL even when ctx is done; if the network is
-// down, the session keeps trying, and the lease removes it in the end.
+// wrapping ErrSessionExpired if the session ends or its lease is found gone
+// first, ErrKeyDeleted if its queued key is deleted by someone else, or ctx's
+// error. On every failure its key is removed, even when ctx is done; if the
+// network is down, it keeps trying for one TTL, after which the lease has
+// expired and taken the key with it.
 func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
-	if err := m.usable(ctx); err != nil {
-		return nil, err
-	}
-	key := m.s.newKey(m.q.Prefix)
-	e, err := m.q.Enqueue(ctx, key, m.s.identity, m.s.id)
-	if err == nil {
-		err = m.q.Wait(ctx, e, m.s.Done())
-	}
-	if err == nil {
-		err = m.sessionErr() // the session may have ended as the wait did
-	}
+	e, err := m.q.Acquire(ctx, m.s, m.s.identity)
 	if err != nil {
-		m.s.removeKey(ctx, key)
-		return nil, m.lockErr("lock", err)
+		return nil, AcquireError(m.s, fmt.Sprintf("lock %q", m.name), err)
 	}
 	return newHold(m, e), nil
 }
@@ -75,66 +64,29 @@ func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 // Otherwise it returns an error wrapping ErrLocked, naming the owner, and
 // writes nothing. Its other errors are Lock's.
 func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
-	if err := m.usable(ctx); err != nil {
-		return nil, err
+	e, owner, err := m.q.TryAcquire(ctx, m.s, m.s.identity)
+	if err != nil {
+		return nil, AcquireError(m.s, fmt.Sprintf("trylock %q", m.name), err)
 	}
-	key := m.s.newKey(m.q.Prefix)
-	e, owner, err := m.q.TryEnqueue(ctx, key, m.s.identity, m.s.id)
-	if err == nil && owner != nil {
+	if owner != nil {
 		return nil, fmt.Errorf("fencing: trylock %q: %w by %q (token %v)", m.name, ErrLocked, owner.Value,
 			Token{Name: m.name, Revision: owner.CreateRevision})
-	}
-	if err == nil {
-		err = m.sessionErr()
-	}
-	if err != nil {
-		m.s.removeKey(ctx, key)
-		return nil, m.lockErr("trylock", err)
 	}
 	return newHold(m, e), nil
 }
 
-// usable refuses to start on an ended session or a done ctx.
-func (m *Mutex) usable(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("fencing: lock %q: %w", m.name, err)
-	}
-	if err := m.sessionErr(); err != nil {
-		return m.lockErr("lock", err)
-	}
-	return nil
-}
-
-func (m *Mutex) sessionErr() error {
-	if err := m.s.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrSessionExpired, err)
-	}
-	return nil
-}
-
-// lockErr maps what went wrong in the queue to this package's sentinels.
-func (m *Mutex) lockErr(op string, err error) error {
+// AcquireError maps why an acquire on s failed to this package's sentinels:
+// ErrSessionExpired (wrapping the session's cause) or ErrKeyDeleted; other
+// errors (ctx's, the client's) pass through. It is for packages built on the
+// revision queue, such as election.
+func AcquireError(s *Session, op string, err error) error {
 	switch {
 	case errors.Is(err, revqueue.ErrLost):
-		err = m.sessionErr()
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		err = fmt.Errorf("%w: %w", ErrSessionExpired, err)
+		err = fmt.Errorf("%w: %w", ErrSessionExpired, s.Err())
+	case errors.Is(err, revqueue.ErrLeaseGone):
+		err = fmt.Errorf("%w: lease %x not found on the server", ErrSessionExpired, int64(s.id))
 	case errors.Is(err, revqueue.ErrKeyGone):
-		err = m.keyGoneErr()
+		err = ErrKeyDeleted
 	}
-	return fmt.Errorf("fencing: %s %q: %w", op, m.name, err)
-}
-
-// keyGoneErr tells why a queued key vanished: with its lease, or alone.
-func (m *Mutex) keyGoneErr() error {
-	if err := m.sessionErr(); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(m.s.ctx, m.s.period)
-	defer cancel()
-	ttl, err := m.s.cli.TimeToLive(ctx, m.s.id)
-	if err == nil && ttl.TTL <= 0 {
-		return fmt.Errorf("%w: lease %x gone", ErrSessionExpired, int64(m.s.id))
-	}
-	return ErrKeyDeleted
+	return fmt.Errorf("fencing: %s: %w", op, err)
 }

@@ -9,13 +9,14 @@ import (
 // MaxNameLen is the longest name, in bytes, that NewMutex accepts.
 const MaxNameLen = 512
 
-// terminator ends the name part of every key. Names cannot contain it, so
-// the keys of one name never start with the key prefix of another: "a" and
-// "a/b" own the disjoint ranges "…a\x00…" and "…a/b\x00…".
+// terminator ends the name part of every key (see revqueue.Prefix). Names
+// cannot contain it, so the keys of one name never start with the key prefix
+// of another: "a" and "a/b" own the disjoint ranges "…a\x00…" and "…a/b\x00…".
 const terminator = "\x00"
 
-// validName reports, with ErrInvalidName, why name cannot be isolated.
-func validName(name string) error {
+// ValidateName returns nil for a name that NewMutex (and election.New)
+// accept, and otherwise an error wrapping ErrInvalidName that says why.
+func ValidateName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty", ErrInvalidName)
@@ -28,6 +29,3 @@ func validName(name string) error {
 	}
 	return nil
 }
-
-// lockPrefix is the key range that belongs to the lock name alone.
-func lockPrefix(name string) string { return "leasehold/lock/" + name + terminator }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -29,7 +28,6 @@ type Session struct {
 	period   time.Duration // between renewals
 	identity string
 	log      *slog.Logger
-	seq      atomic.Uint64 // numbers the keys of this session: never reused
 
 	ctx    context.Context // ends with the session: stops background work
 	cancel context.CancelFunc
@@ -236,53 +234,4 @@ func (s *Session) keepAlive() {
 			wait = s.period / 4
 		}
 	}
-}
-
-// newKey returns a key under prefix that no other Lock call, of this session
-// or any other, ever uses.
-func (s *Session) newKey(prefix string) string {
-	return fmt.Sprintf("%s%016x-%d", prefix, int64(s.id), s.seq.Add(1))
-}
-
-// removeKey deletes a key of this session that must not stay: the key of a
-// failed or cancelled Lock. It tries once, bounded by one TTL even if ctx is
-// done; if that fails while the session lives, it keeps trying in the
-// background until the session ends (and the lease takes the key with it).
-func (s *Session) removeKey(ctx context.Context, key string) {
-	if s.tryRemove(ctx, key) {
-		return
-	}
-	s.background(func() {
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-time.After(s.period / 4):
-			}
-			if s.tryRemove(s.ctx, key) {
-				return
-			}
-		}
-	})
-}
-
-// background runs f in a goroutine that Close waits for, unless the session
-// already ended: then the lease is going anyway, and Close may be waiting.
-func (s *Session) background(f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err == nil {
-		s.wg.Go(f)
-	}
-}
-
-func (s *Session) tryRemove(ctx context.Context, key string) bool {
-	// ctx may be cancelled already, but the key must go.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.period)
-	defer cancel()
-	if _, err := s.cli.Delete(cctx, key); err != nil {
-		s.log.Debug("removing abandoned key failed", "key", key, "err", err)
-		return false
-	}
-	return true
 }

@@ -89,7 +89,7 @@ func unescapeName(s string) (string, error) {
 		i += 2
 	}
 	name := b.String()
-	return name, validName(name)
+	return name, ValidateName(name)
 }
 
 func unhex(hi, lo byte) (byte, bool) {

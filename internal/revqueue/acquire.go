@@ -1,0 +1,142 @@
+package revqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrLeaseGone is returned by Acquire when the server no longer has the
+// session's lease: it refused the enqueue, or the key went with the lease.
+var ErrLeaseGone = errors.New("revqueue: lease gone")
+
+// Session is what acquiring needs of a fencing.Session.
+type Session interface {
+	Client() *clientv3.Client
+	Lease() clientv3.LeaseID
+	TTL() time.Duration
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Prefix is the key range of one name of one kind ("lock", "election"). The
+// name must not contain a NUL byte: the NUL ends it, so no key of another
+// name (say "a/b" for "a") starts with this prefix.
+func Prefix(kind, name string) string { return "leasehold/" + kind + "/" + name + "\x00" }
+
+var seq atomic.Uint64
+
+// newKey returns a key under prefix that no other acquire, in any process,
+// ever uses: the lease is unique to one session, the sequence to the process.
+func newKey(prefix string, lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s%016x-%d", prefix, int64(lease), seq.Add(1))
+}
+
+// Acquire queues one new key holding value on s's lease and waits until it
+// owns the queue. See Wait for what ownership means. It returns ErrLost if
+// the session ends first (before, during, or as the wait ends), ErrLeaseGone,
+// ErrKeyGone, ctx's error or the client's. On every error the key is removed.
+func (q Queue) Acquire(ctx context.Context, s Session, value string) (*Entry, error) {
+	if err := usable(ctx, s); err != nil {
+		return nil, err
+	}
+	key := newKey(q.Prefix, s.Lease())
+	e, err := q.Enqueue(ctx, key, value, s.Lease())
+	if err == nil {
+		err = q.Wait(ctx, e, s.Done())
+	}
+	return e, q.settle(ctx, s, key, err)
+}
+
+// TryAcquire is Acquire that queues only if the queue is empty, in one
+// request; otherwise it writes nothing and returns the owner's key-value.
+func (q Queue) TryAcquire(ctx context.Context, s Session, value string) (*Entry, *mvccpb.KeyValue, error) {
+	if err := usable(ctx, s); err != nil {
+		return nil, nil, err
+	}
+	key := newKey(q.Prefix, s.Lease())
+	e, owner, err := q.TryEnqueue(ctx, key, value, s.Lease())
+	if err == nil && owner != nil {
+		return nil, owner, nil
+	}
+	return e, nil, q.settle(ctx, s, key, err)
+}
+
+func usable(ctx context.Context, s Session) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.Err() != nil {
+		return ErrLost
+	}
+	return nil
+}
+
+// settle classifies the outcome of an acquire and removes the key on failure.
+func (q Queue) settle(ctx context.Context, s Session, key string, err error) error {
+	if err == nil && s.Err() != nil {
+		err = ErrLost // the session ended as the wait did
+	}
+	if err == nil {
+		return nil
+	}
+	removeKey(ctx, s, key)
+	switch {
+	case s.Err() != nil:
+		return ErrLost
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return ErrLeaseGone
+	case errors.Is(err, ErrKeyGone) && leaseGone(s):
+		return ErrLeaseGone
+	}
+	return err
+}
+
+// leaseGone tells whether the server lost s's lease, which the session itself
+// learns only at its next renewal.
+func leaseGone(s Session) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.TTL()/3)
+	defer cancel()
+	ttl, err := s.Client().TimeToLive(ctx, s.Lease())
+	return err == nil && ttl.TTL <= 0
+}
+
+// removeKey deletes the key of a failed or cancelled acquire (even if ctx is
+// done), which may exist even when the enqueue reported an error (a lost
+// reply). It tries at once; if that fails it keeps trying in the background
+// until it succeeds, the session ends, or one TTL has passed: by then the
+// session cannot have renewed its lease over a network this broken, and the
+// lease takes the key with it.
+func removeKey(ctx context.Context, s Session, key string) {
+	ctx = context.WithoutCancel(ctx)
+	period := s.TTL() / 3
+	deadline := time.Now().Add(s.TTL())
+	if tryRemove(ctx, s, key, period) {
+		return
+	}
+	go func() {
+		for time.Now().Before(deadline) {
+			select {
+			case <-s.Done():
+				return
+			case <-time.After(period / 4):
+			}
+			if tryRemove(ctx, s, key, period) {
+				return
+			}
+		}
+	}()
+}
+
+func tryRemove(ctx context.Context, s Session, key string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := s.Client().Delete(ctx, key)
+	return err == nil
+}
