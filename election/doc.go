@@ -1,5 +1,13 @@
 // Package election is leader election on the revision mutex: Campaign,
 // Proclaim, Resign, Leader and Observe, and Run, the singleton worker.
 //
-// Not yet implemented: see issue #5.
+// An election is a queue of keys under one name, ordered by create revision;
+// the leader is the oldest key, and its create revision is the term's fencing
+// token. A Term is a guard.Owner: guard.Txn makes writes that commit only
+// while the term lasts, and Term.Context ends the moment it cannot be proven.
+//
+// At most one valid term exists at any moment. A process that paused or lost
+// its network may still run code for a term that has ended, until it sees its
+// context end; fence the effects of leader-only work with the term's token or
+// guarded txns.
 package election

@@ -1,0 +1,100 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/revqueue"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+var (
+	// ErrNotLeader is returned by Proclaim and Resign when the term was
+	// already lost or resigned. Nothing was written.
+	ErrNotLeader = errors.New("election: not leader")
+
+	// ErrNoLeader is returned by Leader when nobody leads.
+	ErrNoLeader = errors.New("election: no leader")
+)
+
+// Election is one election on a session. It holds no state between calls:
+// it is safe for concurrent use, and each Campaign call is a separate
+// candidate, even on one session.
+type Election struct {
+	s    *fencing.Session
+	name string
+	q    revqueue.Queue
+}
+
+// Leader describes the current leader.
+type Leader struct {
+	Value string        // the value it campaigned with, or last proclaimed
+	Token fencing.Token // its term's fencing token
+	Key   string        // its etcd key
+}
+
+// New returns the election called name on session s. It accepts the names
+// fencing.NewMutex accepts (see fencing.ValidateName) and returns an error
+// wrapping fencing.ErrInvalidName for others; a nil s returns
+// fencing.ErrInvalidArgument. Elections and locks of the same name are
+// independent.
+func New(s *fencing.Session, name string) (*Election, error) {
+	if s == nil {
+		return nil, fmt.Errorf("election: New: %w: nil session", fencing.ErrInvalidArgument)
+	}
+	if err := fencing.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("election: New: %w", err)
+	}
+	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: revqueue.Prefix("election", name)}}, nil
+}
+
+// Name returns the election's name.
+func (e *Election) Name() string { return e.name }
+
+// Campaign blocks until this candidate leads, and returns its Term. It has
+// Lock's guarantees (see fencing.Mutex.Lock): on success its key existed on
+// the session's live lease at a revision where it was the oldest; it writes
+// exactly one key, removed again on every failure; its wait survives
+// compaction and reconnects. Its errors wrap fencing.ErrSessionExpired,
+// fencing.ErrKeyDeleted or ctx's error.
+func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	entry, err := e.q.Acquire(ctx, e.s, value)
+	if err != nil {
+		return nil, fencing.AcquireError(e.s, fmt.Sprintf("campaign %q", e.name), err)
+	}
+	return &Term{s: e.s, token: fencing.Token{Name: e.name, Revision: entry.Rev}, key: entry.Key, value: value}, nil
+}
+
+// Leader returns the current leader, read linearizably, or an error wrapping
+// ErrNoLeader when nobody leads.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	l, _, err := e.leader(ctx)
+	if err != nil {
+		return Leader{}, err
+	}
+	if l == nil {
+		return Leader{}, fmt.Errorf("election %q: %w", e.name, ErrNoLeader)
+	}
+	return *l, nil
+}
+
+// leader reads the oldest key of the queue (nil when empty) and the revision
+// of the read.
+func (e *Election) leader(ctx context.Context) (*Leader, int64, error) {
+	resp, err := e.s.Client().Get(ctx, e.q.Prefix, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("election %q: read leader: %w", e.name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, resp.Header.Revision, nil
+	}
+	kv := resp.Kvs[0]
+	return &Leader{Value: string(kv.Value), Token: fencing.Token{Name: e.name, Revision: kv.CreateRevision}, Key: string(kv.Key)},
+		resp.Header.Revision, nil
+}
+
+// errWatchBroken marks a watch that Observe resumes without telling the
+// caller: compacted, cancelled by the server, or closed with its connection.
+var errWatchBroken = errors.New("election: watch broken")

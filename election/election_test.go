@@ -1,0 +1,260 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+func TestNewRejectsBadInput(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	for _, name := range []string{"", "a\x00b", "\xff"} {
+		if _, err := election.New(s, name); !errors.Is(err, fencing.ErrInvalidName) {
+			t.Errorf("New(%q): %v; want ErrInvalidName", name, err)
+		}
+	}
+	if _, err := election.New(nil, "a"); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("New(nil): %v; want ErrInvalidArgument", err)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Fatalf("keys left behind: %q", keys)
+	}
+}
+
+func TestCampaignLeaderResign(t *testing.T) {
+	c := etcdtest.Single(t)
+	e := newElection(t, newSession(t, c.Client(t)), "svc")
+	if _, err := e.Leader(etcdtest.Context(t, wait)); !errors.Is(err, election.ErrNoLeader) {
+		t.Fatalf("Leader of an empty election: %v; want ErrNoLeader", err)
+	}
+	term := campaign(t, e, "host-a")
+	l, err := e.Leader(etcdtest.Context(t, wait))
+	if err != nil || l.Value != "host-a" || l.Token != term.Token() || l.Key != term.Key() {
+		t.Fatalf("Leader = %+v, %v; want host-a with the term's token and key", l, err)
+	}
+	if err := term.Proclaim(etcdtest.Context(t, wait), "host-a:8080"); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := e.Leader(etcdtest.Context(t, wait)); l.Value != "host-a:8080" || term.Value() != "host-a:8080" {
+		t.Fatalf("after Proclaim: Leader %q, Value %q", l.Value, term.Value())
+	}
+	if _, err := guard.Put(etcdtest.Context(t, wait), term, "svc/config", "x"); err != nil {
+		t.Fatalf("guarded Put by the term: %v", err)
+	}
+	if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	if err := term.Resign(etcdtest.Context(t, wait)); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("second Resign: %v; want ErrNotLeader", err)
+	}
+	if err := term.Proclaim(etcdtest.Context(t, wait), "x"); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Proclaim after Resign: %v; want ErrNotLeader", err)
+	}
+	if cause := context.Cause(term.Context()); !errors.Is(cause, election.ErrNotLeader) {
+		t.Fatalf("Context() after Resign: %v; want ErrNotLeader", cause)
+	}
+}
+
+// Proclaim and Resign after an operator deleted the key: ErrNotLeader.
+func TestProclaimResignAfterKeyDeleted(t *testing.T) {
+	c := etcdtest.Single(t)
+	term := campaign(t, newElection(t, newSession(t, c.Client(t)), "deleted"), "v")
+	ctx := term.Context()
+	c.Delete(t, term.Key())
+	if err := term.Proclaim(etcdtest.Context(t, wait), "w"); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Proclaim: %v; want ErrNotLeader", err)
+	}
+	if c.Exists(t, term.Key()) {
+		t.Fatal("Proclaim after the delete recreated the key")
+	}
+	if err := term.Resign(etcdtest.Context(t, wait)); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Resign: %v; want ErrNotLeader", err)
+	}
+	<-ctx.Done()
+	if cause := context.Cause(ctx); !errors.Is(cause, guard.ErrOwnerKeyGone) {
+		t.Fatalf("cause = %v; want ErrOwnerKeyGone", cause)
+	}
+}
+
+// After an RPC error a term stays resignable: the retry works.
+func TestResignRetriesAfterNetworkError(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	term := campaign(t, newElection(t, newSession(t, cli), "retry"), "v")
+	link.Blackhole()
+	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if err := term.Resign(short); err == nil || errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Resign through a blackhole: %v; want a network error", err)
+	}
+	link.Restore()
+	etcdtest.WaitFor(t, wait, "Resign to succeed", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		return term.Resign(ctx) == nil
+	})
+	if c.Exists(t, term.Key()) {
+		t.Fatal("key outlived Resign")
+	}
+}
+
+// S5: a candidate whose lease is revoked while it waits fails.
+func TestCampaignFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
+	c := etcdtest.Single(t)
+	campaign(t, newElection(t, newSession(t, c.Client(t)), "revoke"), "leader")
+	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second))
+	e := newElection(t, s, "revoke")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.Campaign(etcdtest.Context(t, wait), "candidate")
+		errc <- err
+	}()
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, "leasehold/election/revoke\x00")) == 2 })
+	c.Revoke(t, s.Lease())
+	if err := <-errc; !errors.Is(err, fencing.ErrSessionExpired) {
+		t.Fatalf("Campaign with revoked lease: %v; want ErrSessionExpired", err)
+	}
+	if n := len(c.Keys(t, "leasehold/election/revoke\x00")); n != 1 {
+		t.Fatalf("%d keys; want only the leader's", n)
+	}
+}
+
+// S8: a cancelled campaign leaves no key.
+func TestCancelledCampaignLeavesNoKey(t *testing.T) {
+	c := etcdtest.Single(t)
+	campaign(t, newElection(t, newSession(t, c.Client(t)), "cancel"), "leader")
+	e := newElection(t, newSession(t, c.Client(t)), "cancel")
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.Campaign(ctx, "candidate")
+		errc <- err
+	}()
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, "leasehold/election/cancel\x00")) == 2 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Campaign: %v", err)
+	}
+	if n := len(c.Keys(t, "leasehold/election/cancel\x00")); n != 1 {
+		t.Fatalf("%d keys; want only the leader's", n)
+	}
+}
+
+// Observe reports the current state, nobody leading after a resign, then the
+// new leader and its proclaimed value.
+func TestObserveReportsEveryChange(t *testing.T) {
+	c := etcdtest.Single(t)
+	obs := newElection(t, newSession(t, c.Client(t)), "observed").Observe(t.Context())
+	if o := next(t, obs); o.Leader != nil || o.Err != nil {
+		t.Fatalf("first observation = %+v; want nobody leading", o)
+	}
+	a := campaign(t, newElection(t, newSession(t, c.Client(t)), "observed"), "a")
+	if o := next(t, obs); o.Leader == nil || o.Leader.Value != "a" || o.Leader.Token != a.Token() {
+		t.Fatalf("observation = %+v; want a", o)
+	}
+	if err := a.Proclaim(etcdtest.Context(t, wait), "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if o := next(t, obs); o.Leader == nil || o.Leader.Value != "a2" {
+		t.Fatalf("observation = %+v; want a2", o)
+	}
+	if err := a.Resign(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	if o := next(t, obs); o.Leader != nil {
+		t.Fatalf("observation after Resign = %+v; want nobody leading", o)
+	}
+	b := campaign(t, newElection(t, newSession(t, c.Client(t)), "observed"), "b")
+	if o := next(t, obs); o.Leader == nil || o.Leader.Token != b.Token() || b.Token().Compare(a.Token()) <= 0 {
+		t.Fatalf("observation = %+v; want b with a greater token than %v", o, a.Token())
+	}
+}
+
+func TestObserveClosesWhenCtxDone(t *testing.T) {
+	c := etcdtest.Single(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	obs := newElection(t, newSession(t, c.Client(t)), "closing").Observe(ctx)
+	next(t, obs)
+	cancel()
+	for range obs { // drains until closed; the test deadline bounds it
+	}
+}
+
+// S9: Observe and a waiting Campaign both survive compaction and a broken
+// connection: their client talks to one member, which is stopped while the
+// leader resigns and history is compacted, then restarted.
+func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
+	c := etcdtest.Three(t)
+	leader := campaign(t, newElection(t, newSession(t, c.Client(t)), "compact"), "first")
+	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
+	e := newElection(t, newSession(t, cli), "compact")
+	obs := e.Observe(t.Context())
+	if o := next(t, obs); o.Leader == nil || o.Leader.Value != "first" {
+		t.Fatalf("observation = %+v; want first", o)
+	}
+	won := make(chan *election.Term, 1)
+	go func() {
+		term, err := e.Campaign(etcdtest.Context(t, wait), "second")
+		if err != nil {
+			t.Error(err)
+		}
+		won <- term
+	}()
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, "leasehold/election/compact\x00")) == 2 })
+	c.Stop(0)
+	c.WaitLeader(t)
+	if err := leader.Resign(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := c.Admin.Put(etcdtest.Context(t, wait), "filler", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Compact(t)
+	c.Restart(t, 0)
+	if term := <-won; term == nil || term.Token().Compare(leader.Token()) <= 0 {
+		t.Fatalf("Campaign across compaction: term %v", term)
+	}
+	for {
+		o := next(t, obs)
+		if o.Err != nil {
+			continue // the member was down: Observe may say it could not tell
+		}
+		if o.Leader != nil && o.Leader.Value == "second" {
+			break
+		}
+	}
+}
+
+// The election keeps working when the raft leader member is stopped.
+func TestElectionSurvivesRaftLeaderLoss(t *testing.T) {
+	c := etcdtest.Three(t)
+	first := campaign(t, newElection(t, newSession(t, c.Client(t)), "raft"), "a")
+	e := newElection(t, newSession(t, c.Client(t)), "raft")
+	won := make(chan *election.Term, 1)
+	go func() {
+		term, err := e.Campaign(etcdtest.Context(t, wait), "b")
+		if err != nil {
+			t.Error(err)
+		}
+		won <- term
+	}()
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, "leasehold/election/raft\x00")) == 2 })
+	c.StopLeader(t)
+	c.WaitLeader(t)
+	if err := first.Resign(etcdtest.Context(t, wait)); err != nil {
+		t.Fatalf("Resign with the raft leader stopped: %v", err)
+	}
+	if term := <-won; term == nil || term.Token().Compare(first.Token()) <= 0 {
+		t.Fatalf("next term %v", term)
+	}
+}

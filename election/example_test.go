@@ -1,0 +1,74 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+)
+
+// This example wins an election, writes only while leading, and resigns.
+func ExampleElection_Campaign() {
+	ctx := context.Background()
+	s, _ := fencing.NewSession(ctx, exampleClient()) // error checks trimmed
+	defer s.Close(ctx)
+	e, _ := election.New(s, "scheduler")
+
+	term, err := e.Campaign(ctx, "host-a:8080")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = guard.Put(ctx, term, "scheduler/state", "running") // commits only while leading
+	fmt.Println(err)
+	l, _ := e.Leader(ctx)
+	fmt.Println(l.Value, l.Token == term.Token())
+	fmt.Println(term.Resign(ctx))
+	_, err = e.Leader(ctx)
+	fmt.Println(errors.Is(err, election.ErrNoLeader))
+	// Output:
+	// <nil>
+	// host-a:8080 true
+	// <nil>
+	// true
+}
+
+// This example follows who leads: nobody, then a leader, then nobody again.
+func ExampleElection_Observe() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, _ := fencing.NewSession(ctx, exampleClient()) // error checks trimmed
+	defer s.Close(context.Background())
+	e, _ := election.New(s, "api")
+
+	obs := e.Observe(ctx)
+	fmt.Println((<-obs).Leader == nil)
+	term, _ := e.Campaign(ctx, "host-b")
+	fmt.Println((<-obs).Leader.Value)
+	term.Resign(ctx)
+	fmt.Println((<-obs).Leader == nil)
+	// Output:
+	// true
+	// host-b
+	// true
+}
+
+// This example runs a singleton worker: the work runs only while this
+// replica leads, under a context that ends the moment it stops leading.
+func ExampleRun() {
+	ctx := context.Background()
+	err := election.Run(ctx, exampleClient(), "nightly-report", "host-c",
+		func(ctx context.Context, t *election.Term) error {
+			// Fence the work's writes with the term: guard.Txn, or t.Token().
+			_, err := guard.Put(ctx, t, "reports/nightly", "done")
+			fmt.Println("report written:", err == nil)
+			return err // nil: done, Run resigns and returns
+		})
+	fmt.Println(err)
+	// Output:
+	// report written: true
+	// <nil>
+}

@@ -1,0 +1,268 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Policy says what Run does when work returns while its term still lasts.
+type Policy int
+
+const (
+	// Return resigns and makes Run return work's result (nil or the error).
+	Return Policy = iota
+	// Recampaign resigns, backs off with jitter, and campaigns again.
+	Recampaign
+	// KeepLeading keeps the term, with no work running, until ctx ends or
+	// the term is lost (then Run campaigns again).
+	KeepLeading
+)
+
+// RunOption configures Run.
+type RunOption func(*runConfig)
+
+type runConfig struct {
+	session    []fencing.SessionOption
+	log        *slog.Logger
+	backoffMin time.Duration
+	backoffMax time.Duration
+	onSuccess  Policy
+	onError    Policy
+	started    func(*Term)
+	stopped    func(*Term, error)
+}
+
+// WithTTL sets the lease TTL of Run's sessions (see fencing.WithTTL).
+func WithTTL(d time.Duration) RunOption {
+	return func(c *runConfig) { c.session = append(c.session, fencing.WithTTL(d)) }
+}
+
+// WithSafetyMargin sets the safety margin of Run's sessions (see
+// fencing.WithSafetyMargin).
+func WithSafetyMargin(d time.Duration) RunOption {
+	return func(c *runConfig) { c.session = append(c.session, fencing.WithSafetyMargin(d)) }
+}
+
+// WithIdentity sets the identity of Run's sessions (see fencing.WithIdentity).
+func WithIdentity(id string) RunOption {
+	return func(c *runConfig) { c.session = append(c.session, fencing.WithIdentity(id)) }
+}
+
+// WithLogger makes Run and its sessions log to l. Unset: nothing is logged.
+func WithLogger(l *slog.Logger) RunOption {
+	return func(c *runConfig) {
+		c.log = l
+		c.session = append(c.session, fencing.WithLogger(l))
+	}
+}
+
+// WithBackoff sets the bounds of the jittered exponential backoff between
+// campaigns after a lost term, a failed campaign or a failed work. Unset:
+// 100 ms to 5 s. Run returns fencing.ErrInvalidArgument unless
+// 0 < min <= max.
+func WithBackoff(min, max time.Duration) RunOption {
+	return func(c *runConfig) { c.backoffMin, c.backoffMax = min, max }
+}
+
+// OnSuccess sets what Run does when work returns nil while still leading.
+// Unset: Return (the work is done).
+func OnSuccess(p Policy) RunOption { return func(c *runConfig) { c.onSuccess = p } }
+
+// OnError sets what Run does when work returns an error while still leading.
+// Unset: Recampaign.
+func OnError(p Policy) RunOption { return func(c *runConfig) { c.onError = p } }
+
+// OnStartedLeading sets a function called with each term Run wins, before
+// work starts. It runs in Run's goroutine: keep it short.
+func OnStartedLeading(f func(*Term)) RunOption { return func(c *runConfig) { c.started = f } }
+
+// OnStoppedLeading sets a function called once for each term Run won, after
+// work has returned and the term ended, with why it ended (the term
+// context's cause). It is never called for a term that was not won. It runs
+// in Run's goroutine: keep it short.
+func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
+	return func(c *runConfig) { c.stopped = f }
+}
+
+// Run is the singleton worker: it campaigns for name with value, runs work
+// with the term's context (cancelled the moment the term cannot be proven,
+// or when ctx ends), and campaigns again when the term is lost, after work
+// has returned and a jittered backoff. At most one work runs per Run at any
+// time; across replicas at most one valid term exists, but a work whose term
+// was lost may run on until it sees its context end: fence its effects (see
+// guard.Txn and the term's token).
+//
+// When ctx ends, Run resigns at once, so another replica takes over without
+// waiting for the lease to expire, and returns nil. When work returns while
+// its term lasts, the policies set by OnSuccess (default Return) and OnError
+// (default Recampaign) decide. Run creates a session, and a new one each time
+// the old one is lost, and closes it before returning.
+//
+// Run returns an error only for bad arguments (fencing.ErrInvalidName,
+// fencing.ErrInvalidArgument) or when a policy of Return gives it work's
+// error.
+func Run(ctx context.Context, cli *clientv3.Client, name, value string,
+	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
+	c := runConfig{backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second, onError: Recampaign}
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := c.validate(cli, name, work); err != nil {
+		return fmt.Errorf("election: Run %q: %w", name, err)
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, log: c.log.With("election", name)}
+	defer r.closeSession()
+	return r.loop(ctx)
+}
+
+func (c *runConfig) validate(cli *clientv3.Client, name string, work func(context.Context, *Term) error) error {
+	switch {
+	case cli == nil:
+		return fmt.Errorf("%w: nil client", fencing.ErrInvalidArgument)
+	case work == nil:
+		return fmt.Errorf("%w: nil work", fencing.ErrInvalidArgument)
+	case c.backoffMin <= 0 || c.backoffMax < c.backoffMin:
+		return fmt.Errorf("%w: backoff [%v, %v]", fencing.ErrInvalidArgument, c.backoffMin, c.backoffMax)
+	}
+	return fencing.ValidateName(name)
+}
+
+type runner struct {
+	cfg   runConfig
+	cli   *clientv3.Client
+	name  string
+	value string
+	work  func(context.Context, *Term) error
+	log   *slog.Logger
+	s     *fencing.Session
+	fails int // consecutive rounds that ended without a completed term
+}
+
+func (r *runner) loop(ctx context.Context) error {
+	for ctx.Err() == nil {
+		t, err := r.campaign(ctx)
+		if err != nil {
+			if errors.Is(err, fencing.ErrInvalidArgument) {
+				return err
+			}
+			r.log.Debug("campaign failed", "err", err)
+			r.backoff(ctx)
+			continue
+		}
+		again, err := r.lead(ctx, t)
+		if !again {
+			return err
+		}
+	}
+	return nil
+}
+
+// campaign makes a session if there is none (or it ended) and campaigns.
+func (r *runner) campaign(ctx context.Context) (*Term, error) {
+	if r.s != nil && r.s.Err() != nil {
+		r.closeSession()
+	}
+	if r.s == nil {
+		s, err := fencing.NewSession(ctx, r.cli, r.cfg.session...)
+		if err != nil {
+			return nil, err
+		}
+		r.s = s
+	}
+	e, err := New(r.s, r.name)
+	if err != nil {
+		return nil, err
+	}
+	return e.Campaign(ctx, r.value)
+}
+
+// lead runs work for one term and applies the policies. It reports whether
+// Run should campaign again, and what Run returns if not.
+func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
+	r.log.Info("leading", "token", t.Token())
+	if r.cfg.started != nil {
+		r.cfg.started(t)
+	}
+	wctx, stop := guard.Watch(ctx, t)
+	err := r.work(wctx, t)
+	policy := r.cfg.onSuccess
+	if err != nil {
+		policy = r.cfg.onError
+	}
+	if policy == KeepLeading && wctx.Err() == nil {
+		<-wctx.Done()
+	}
+	lost := wctx.Err() != nil && ctx.Err() == nil
+	cause := context.Cause(wctx)
+	stop()
+	if !lost {
+		cause = r.resign(ctx, t)
+	}
+	r.log.Info("stopped leading", "token", t.Token(), "cause", cause, "work_err", err)
+	if r.cfg.stopped != nil {
+		r.cfg.stopped(t, cause)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return false, nil
+	case lost || policy == KeepLeading:
+		r.fails++
+	case policy == Return:
+		return false, err
+	case err != nil:
+		r.fails++
+	default:
+		r.fails = 0
+	}
+	r.backoff(ctx)
+	return true, nil
+}
+
+// resign ends a term that is still valid, at once, even when ctx is done:
+// the next replica must not wait for the lease to expire.
+func (r *runner) resign(ctx context.Context, t *Term) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.TTL())
+	defer cancel()
+	if err := t.Resign(rctx); err != nil {
+		r.log.Warn("resign failed; the lease will expire", "token", t.Token(), "err", err)
+		r.closeSession() // revoking the lease is the other way to hand over
+		return err
+	}
+	return fmt.Errorf("%w: resigned", ErrNotLeader)
+}
+
+// backoff sleeps a jittered exponential delay, or until ctx ends.
+func (r *runner) backoff(ctx context.Context) {
+	d := r.cfg.backoffMin << min(r.fails, 20)
+	if d <= 0 || d > r.cfg.backoffMax {
+		d = r.cfg.backoffMax
+	}
+	d = d/2 + rand.N(d/2+1) // jitter keeps replicas from campaigning in step
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (r *runner) closeSession() {
+	if r.s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.s.TTL())
+	defer cancel()
+	r.s.Close(ctx)
+	r.s = nil
+}

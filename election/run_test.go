@@ -1,0 +1,220 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+// replicas runs n Run replicas of one election, each on its own client,
+// whose work blocks until its context ends. It records who works.
+type replicas struct {
+	mu       sync.Mutex
+	working  int                               // guarded by mu: works running now
+	maxSeen  int                               // guarded by mu: most works ever running at once
+	terms    []*election.Term                  // guarded by mu: every term won, in order
+	workDone map[fencing.Token]context.Context // guarded by mu: each term's work context
+	starts   atomic.Int32
+	stops    atomic.Int32
+	cancels  []context.CancelFunc
+	done     chan error
+	stopOnce sync.Once
+	errs     []error // Run's results, once stop returned
+}
+
+func startReplicas(t *testing.T, c *etcdtest.Cluster, n int, opts ...election.RunOption) *replicas {
+	r := &replicas{done: make(chan error, n), workDone: map[fencing.Token]context.Context{}}
+	for i := range n {
+		ctx, cancel := context.WithCancel(t.Context())
+		r.cancels = append(r.cancels, cancel)
+		cli := c.Client(t)
+		all := append([]election.RunOption{
+			election.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+			election.OnStartedLeading(func(*election.Term) { r.starts.Add(1) }),
+			election.OnStoppedLeading(func(*election.Term, error) { r.stops.Add(1) }),
+		}, opts...)
+		go func() { r.done <- election.Run(ctx, cli, "workers", fmt.Sprint("replica-", i), r.work, all...) }()
+	}
+	t.Cleanup(func() { r.stop() })
+	return r
+}
+
+func (r *replicas) work(ctx context.Context, term *election.Term) error {
+	r.mu.Lock()
+	r.working++
+	r.maxSeen = max(r.maxSeen, r.working)
+	r.terms = append(r.terms, term)
+	r.workDone[term.Token()] = ctx
+	r.mu.Unlock()
+	<-ctx.Done()
+	r.mu.Lock()
+	r.working--
+	r.mu.Unlock()
+	return ctx.Err()
+}
+
+// stop cancels every replica and returns what their Runs returned.
+func (r *replicas) stop() []error {
+	r.stopOnce.Do(func() {
+		for _, cancel := range r.cancels {
+			cancel()
+		}
+		for range r.cancels {
+			r.errs = append(r.errs, <-r.done)
+		}
+	})
+	return r.errs
+}
+
+func (r *replicas) most() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.maxSeen
+}
+
+func (r *replicas) leaders() []*election.Term {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*election.Term(nil), r.terms...)
+}
+
+func (r *replicas) waitTerms(t *testing.T, n int) []*election.Term {
+	t.Helper()
+	etcdtest.WaitFor(t, wait, fmt.Sprintf("%d terms", n), func() bool { return len(r.leaders()) >= n })
+	return r.leaders()
+}
+
+// Exactly one replica works at a time; revoking the leader's lease moves the
+// work to another replica with a greater token, and the old work's context
+// ends with the lease's cause.
+func TestRunOneWorkerAndFailoverOnRevoke(t *testing.T) {
+	c := etcdtest.Single(t)
+	r := startReplicas(t, c, 3, election.WithTTL(2*time.Second))
+	first := r.waitTerms(t, 1)[0]
+	c.Revoke(t, first.Session().Lease())
+	second := r.waitTerms(t, 2)[1]
+	if second.Token().Compare(first.Token()) <= 0 {
+		t.Fatalf("token after failover %v not greater than %v", second.Token(), first.Token())
+	}
+	r.mu.Lock()
+	old := r.workDone[first.Token()]
+	r.mu.Unlock()
+	<-old.Done()
+	if cause := context.Cause(old); !errors.Is(cause, fencing.ErrLeaseExpired) {
+		t.Fatalf("old work's cause = %v; want ErrLeaseExpired", cause)
+	}
+	if m := r.most(); m > 1 {
+		t.Fatalf("%d works ran at once", m)
+	}
+}
+
+// Cancelling the leader's Run hands over at once: the next replica leads
+// long before the leader's lease (TTL 60 s) could have expired.
+func TestRunHandsOverAtOnceOnCancel(t *testing.T) {
+	c := etcdtest.Single(t)
+	r := startReplicas(t, c, 3, election.WithTTL(60*time.Second))
+	first := r.waitTerms(t, 1)[0]
+	for i, cancel := range r.cancels {
+		if fmt.Sprint("replica-", i) == first.Value() {
+			cancel()
+		}
+	}
+	second := r.waitTerms(t, 2)[1] // the wait's deadline (30 s) is half the TTL
+	if second.Token().Compare(first.Token()) <= 0 {
+		t.Fatalf("token %v not greater than %v", second.Token(), first.Token())
+	}
+	for _, err := range r.stop() {
+		if err != nil {
+			t.Errorf("Run = %v; want nil after cancel", err)
+		}
+	}
+	if s, e := r.starts.Load(), r.stops.Load(); s != e || s < 2 {
+		t.Fatalf("OnStartedLeading %d times, OnStoppedLeading %d; want equal, at least 2", s, e)
+	}
+	if m := r.most(); m > 1 {
+		t.Fatalf("%d works ran at once", m)
+	}
+	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
+		t.Fatalf("keys left after every Run returned: %q", keys)
+	}
+}
+
+func TestRunPolicies(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := c.Client(t)
+	ctx := etcdtest.Context(t, wait)
+	fast := election.WithBackoff(time.Millisecond, 10*time.Millisecond)
+
+	// Default: nil means done.
+	runs := 0
+	err := election.Run(ctx, cli, "policy", "v", func(context.Context, *election.Term) error { runs++; return nil }, fast)
+	if err != nil || runs != 1 {
+		t.Fatalf("Run with work returning nil: %v after %d runs; want nil after 1", err, runs)
+	}
+	// Default: an error means campaign again.
+	boom := errors.New("boom")
+	runs = 0
+	err = election.Run(ctx, cli, "policy", "v", func(context.Context, *election.Term) error {
+		if runs++; runs < 3 {
+			return boom
+		}
+		return nil
+	}, fast)
+	if err != nil || runs != 3 {
+		t.Fatalf("Run with failing work: %v after %d runs; want nil after 3", err, runs)
+	}
+	// OnError(Return) stops Run with the error.
+	err = election.Run(ctx, cli, "policy", "v", func(context.Context, *election.Term) error { return boom },
+		fast, election.OnError(election.Return))
+	if !errors.Is(err, boom) {
+		t.Fatalf("Run with OnError(Return): %v; want boom", err)
+	}
+	// OnSuccess(KeepLeading) keeps the term until ctx ends.
+	kctx, cancel := context.WithCancel(ctx)
+	var term *election.Term
+	done := make(chan error, 1)
+	go func() {
+		done <- election.Run(kctx, cli, "policy", "v", func(_ context.Context, t *election.Term) error { term = t; return nil },
+			fast, election.OnSuccess(election.KeepLeading))
+	}()
+	etcdtest.WaitFor(t, wait, "the term to be kept", func() bool { return len(c.Keys(t, "leasehold/election/policy\x00")) == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run with KeepLeading: %v", err)
+	}
+	if term == nil || c.Exists(t, term.Key()) {
+		t.Fatal("KeepLeading's term not resigned when ctx ended")
+	}
+}
+
+func TestRunRejectsBadArguments(t *testing.T) {
+	c := etcdtest.Single(t)
+	ctx := etcdtest.Context(t, wait)
+	work := func(context.Context, *election.Term) error { return nil }
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"nil client", election.Run(ctx, nil, "a", "v", work), fencing.ErrInvalidArgument},
+		{"nil work", election.Run(ctx, c.Admin, "a", "v", nil), fencing.ErrInvalidArgument},
+		{"bad name", election.Run(ctx, c.Admin, "", "v", work), fencing.ErrInvalidName},
+		{"bad TTL", election.Run(ctx, c.Admin, "a", "v", work, election.WithTTL(time.Second)), fencing.ErrInvalidArgument},
+		{"bad backoff", election.Run(ctx, c.Admin, "a", "v", work, election.WithBackoff(0, 0)), fencing.ErrInvalidArgument},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: %v; want %v", tc.name, tc.err, tc.want)
+		}
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Fatalf("keys left behind: %q", keys)
+	}
+}
