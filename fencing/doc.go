@@ -16,4 +16,23 @@
 // it owns the lock. Two things make that harmless: writes into etcd guarded by
 // Hold.IsOwner (package guard builds them), and writes elsewhere that carry
 // the token, so the store can refuse a token older than one it has seen.
+//
+// # Fencing other stores
+//
+// A store that can compare on write fences itself. In SQL, keep the token's
+// revision in a fence column and make every write conditional on it:
+//
+//	UPDATE jobs SET state = $1, fence = $2 WHERE id = $3 AND fence <= $2
+//
+// Zero rows updated means a newer owner has written: the writer lost the
+// lock and must stop. Stores that cannot compare sit behind a Gate, which
+// remembers the highest token per name (in memory, or in etcd with
+// EtcdGateStore) and refuses older ones; over HTTP, Gate.Middleware admits
+// the token in the TokenHeader of each request, which clients set with
+// SetTokenHeader from a context made by WithToken.
+//
+// Revisions are only comparable within one etcd cluster's history. A cluster
+// restored from a backup, or a migration to a new cluster, starts from a
+// different revision: tokens from before and after must never meet at one
+// fence. Reset the fences (or use new names) when the cluster changes.
 package fencing

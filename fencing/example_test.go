@@ -89,3 +89,20 @@ func ExampleSession_Done() {
 	// true
 	// true
 }
+
+// This example fences a store that knows nothing of etcd: the Gate refuses
+// the write of an owner whose successor has already written.
+func ExampleGate() {
+	var g fencing.Gate
+	old := fencing.Token{Name: "ledger", Revision: 41}
+	successor := fencing.Token{Name: "ledger", Revision: 57}
+
+	fmt.Println(g.Admit(old))
+	fmt.Println(g.Admit(successor))
+	err := g.Admit(old) // the old owner wakes from a long pause and writes
+	fmt.Println(errors.Is(err, fencing.ErrStaleToken))
+	// Output:
+	// <nil>
+	// <nil>
+	// true
+}

@@ -1,0 +1,109 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Gate guards a store other than etcd: it remembers, per name, the highest
+// token it has admitted, and refuses older ones. A former owner that was
+// paused or partitioned past its lease, and still writes, is refused once its
+// successor has written.
+//
+// Admit alone checks; it does not order the write that follows it. Do admits
+// and runs the write under the gate, so no newer token is admitted between
+// the check and the write.
+//
+// The zero Gate is ready to use and keeps its marks in memory; set Store to
+// keep them across restarts. A Gate is safe for concurrent use. Tokens from
+// different etcd clusters (or from one cluster restored from a backup) must
+// not pass through one Gate: their revisions do not compare.
+type Gate struct {
+	// Store keeps the high-water marks; nil means this process's memory.
+	Store GateStore
+
+	mu    sync.Mutex
+	mem   MemoryGateStore        // used when Store is nil
+	names map[string]*sync.Mutex // guarded by mu: serialises Do per name
+}
+
+// GateStore keeps a Gate's high-water marks.
+type GateStore interface {
+	// Advance raises the mark of name to rev, atomically. It returns an
+	// error wrapping ErrStaleToken, and changes nothing, if the mark is
+	// already above rev; a mark equal to rev is admitted again (a retry).
+	Advance(ctx context.Context, name string, rev int64) error
+}
+
+// Admit admits t unless a greater token of the same name was admitted
+// before: then it returns an error wrapping ErrStaleToken. Admitting the
+// highest token again succeeds (a retry). A token that String could not
+// print (empty name, revision not positive) returns ErrInvalidToken.
+func (g *Gate) Admit(t Token) error { return g.AdmitContext(context.Background(), t) }
+
+// AdmitContext is Admit for a Store that talks to the network.
+func (g *Gate) AdmitContext(ctx context.Context, t Token) error {
+	if err := ValidateName(t.Name); err != nil || t.Revision <= 0 {
+		return fmt.Errorf("fencing: admit %q@%d: %w", t.Name, t.Revision, ErrInvalidToken)
+	}
+	if err := g.store().Advance(ctx, t.Name, t.Revision); err != nil {
+		return fmt.Errorf("fencing: admit %v: %w", t, err)
+	}
+	return nil
+}
+
+// Do admits t and, if it is admitted, runs write while no other Do of the
+// same name runs: a newer token cannot be admitted between this check and
+// this write. It returns Admit's error or write's.
+func (g *Gate) Do(ctx context.Context, t Token, write func() error) error {
+	mu := g.nameLock(t.Name)
+	mu.Lock()
+	defer mu.Unlock()
+	if err := g.AdmitContext(ctx, t); err != nil {
+		return err
+	}
+	return write()
+}
+
+func (g *Gate) store() GateStore {
+	if g.Store != nil {
+		return g.Store
+	}
+	return &g.mem
+}
+
+func (g *Gate) nameLock(name string) *sync.Mutex {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.names == nil {
+		g.names = map[string]*sync.Mutex{}
+	}
+	mu := g.names[name]
+	if mu == nil {
+		mu = new(sync.Mutex)
+		g.names[name] = mu
+	}
+	return mu
+}
+
+// MemoryGateStore keeps high-water marks in memory. The zero value is ready
+// to use; it is safe for concurrent use.
+type MemoryGateStore struct {
+	mu   sync.Mutex
+	high map[string]int64 // guarded by mu
+}
+
+// Advance implements GateStore.
+func (m *MemoryGateStore) Advance(_ context.Context, name string, rev int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur := m.high[name]; cur > rev {
+		return fmt.Errorf("%w: %d already admitted", ErrStaleToken, cur)
+	}
+	if m.high == nil {
+		m.high = map[string]int64{}
+	}
+	m.high[name] = rev
+	return nil
+}

@@ -1,0 +1,172 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+func tok(rev int64) fencing.Token { return fencing.Token{Name: "ledger", Revision: rev} }
+
+func TestGateAdmitsNewerAndEqualRefusesOlder(t *testing.T) {
+	var g fencing.Gate
+	for _, tc := range []struct {
+		t    fencing.Token
+		want error
+	}{
+		{tok(5), nil},
+		{tok(5), nil}, // a retry
+		{tok(7), nil},
+		{tok(6), fencing.ErrStaleToken},
+		{fencing.Token{Name: "other", Revision: 1}, nil}, // names are independent
+		{fencing.Token{Name: "", Revision: 9}, fencing.ErrInvalidToken},
+		{fencing.Token{Name: "ledger", Revision: 0}, fencing.ErrInvalidToken},
+	} {
+		if err := g.Admit(tc.t); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+			t.Errorf("Admit(%v) = %v; want %v", tc.t, err, tc.want)
+		}
+	}
+}
+
+// Concurrent admissions never leave a lower mark than the highest admitted.
+func TestGateConcurrentAdmits(t *testing.T) {
+	var g fencing.Gate
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() { g.Admit(tok(int64(i + 1))) })
+	}
+	wg.Wait()
+	if err := g.Admit(tok(99)); !errors.Is(err, fencing.ErrStaleToken) {
+		t.Fatalf("Admit(99) after 100: %v; want ErrStaleToken", err)
+	}
+}
+
+// Do orders the write with the check: a stale write never runs.
+func TestGateDoRunsOnlyAdmittedWrites(t *testing.T) {
+	var g fencing.Gate
+	var written []int64
+	for _, rev := range []int64{3, 8, 5, 8, 9} {
+		g.Do(context.Background(), tok(rev), func() error { written = append(written, rev); return nil })
+	}
+	if fmt.Sprint(written) != "[3 8 8 9]" {
+		t.Fatalf("writes = %v; want [3 8 8 9]", written)
+	}
+}
+
+// Marks kept in etcd survive the gate and are shared by gates.
+func TestEtcdGateStore(t *testing.T) {
+	c := etcdtest.Single(t)
+	store := &fencing.EtcdGateStore{Client: c.Client(t), Prefix: "leasehold/gate/test/"}
+	a := fencing.Gate{Store: store}
+	if err := a.AdmitContext(t.Context(), tok(10)); err != nil {
+		t.Fatal(err)
+	}
+	b := fencing.Gate{Store: &fencing.EtcdGateStore{Client: c.Client(t), Prefix: "leasehold/gate/test/"}}
+	if err := b.AdmitContext(t.Context(), tok(9)); !errors.Is(err, fencing.ErrStaleToken) {
+		t.Fatalf("second gate admitted 9 after 10: %v", err)
+	}
+	if err := b.AdmitContext(t.Context(), tok(10)); err != nil {
+		t.Fatalf("retry of 10: %v", err)
+	}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() { a.AdmitContext(t.Context(), tok(int64(11+i))) })
+	}
+	wg.Wait()
+	if err := b.AdmitContext(t.Context(), tok(29)); !errors.Is(err, fencing.ErrStaleToken) {
+		t.Fatalf("Admit(29) after concurrent 11..30: %v; want ErrStaleToken", err)
+	}
+}
+
+func TestTokenContext(t *testing.T) {
+	if _, ok := fencing.FromContext(context.Background()); ok {
+		t.Fatal("token in an empty context")
+	}
+	ctx := fencing.WithToken(context.Background(), tok(4))
+	if got, ok := fencing.FromContext(ctx); !ok || got != tok(4) {
+		t.Fatalf("FromContext = %v, %v", got, ok)
+	}
+}
+
+// ledger is a handler that records the token of each write it accepts.
+func ledger(t *testing.T, g *fencing.Gate, opts ...fencing.MiddlewareOption) (*httptest.Server, *[]fencing.Token) {
+	var got []fencing.Token
+	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tk, _ := fencing.FromContext(r.Context())
+		got = append(got, tk)
+	}), opts...))
+	t.Cleanup(srv.Close)
+	return srv, &got
+}
+
+func post(t *testing.T, srv *httptest.Server, ctx context.Context, header string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+	if !fencing.SetTokenHeader(req) && header != "" {
+		req.Header.Set(fencing.TokenHeader, header)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestMiddleware(t *testing.T) {
+	var g fencing.Gate
+	srv, got := ledger(t, &g)
+	bg := context.Background()
+	for _, tc := range []struct {
+		ctx    context.Context
+		header string
+		want   int
+	}{
+		{fencing.WithToken(bg, tok(5)), "", http.StatusOK},
+		{fencing.WithToken(bg, tok(7)), "", http.StatusOK},
+		{fencing.WithToken(bg, tok(6)), "", http.StatusConflict},
+		{bg, "", http.StatusBadRequest},
+		{bg, "ledger@x", http.StatusBadRequest},
+		{bg, "ledger@7", http.StatusOK},
+	} {
+		if code, body := post(t, srv, tc.ctx, tc.header); code != tc.want {
+			t.Errorf("POST (%v, %q) = %d %q; want %d", tc.ctx, tc.header, code, body, tc.want)
+		}
+	}
+	if fmt.Sprint(*got) != "[ledger@5 ledger@7 ledger@7]" {
+		t.Fatalf("writes = %v", *got)
+	}
+	open, _ := ledger(t, &g, fencing.AllowMissingToken())
+	if code, _ := post(t, open, bg, ""); code != http.StatusOK {
+		t.Fatalf("POST without token, AllowMissingToken: %d; want 200", code)
+	}
+}
+
+// Any header value gets 200, 400 or 409, never a panic.
+func FuzzMiddlewareHeader(f *testing.F) {
+	for _, s := range []string{"ledger@1", "ledger@0", "", "@", "a%zz@1", "ledger@99999999999999999999"} {
+		f.Add(s)
+	}
+	var g fencing.Gate
+	h := g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	f.Fuzz(func(t *testing.T, header string) {
+		req := httptest.NewRequest(http.MethodPost, "/", nil)
+		req.Header[fencing.TokenHeader] = []string{header}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		switch rec.Code {
+		case http.StatusOK, http.StatusBadRequest, http.StatusConflict:
+		default:
+			t.Fatalf("header %q: status %d", header, rec.Code)
+		}
+	})
+}

@@ -1,0 +1,88 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+type tokenKey struct{}
+
+// WithToken returns a copy of ctx that carries t, for code that writes on
+// behalf of an owner without seeing its Hold.
+func WithToken(ctx context.Context, t Token) context.Context {
+	return context.WithValue(ctx, tokenKey{}, t)
+}
+
+// FromContext returns the token WithToken put in ctx, if any.
+func FromContext(ctx context.Context) (Token, bool) {
+	t, ok := ctx.Value(tokenKey{}).(Token)
+	return t, ok
+}
+
+// TokenHeader is the HTTP header that carries a token in Token.String form.
+const TokenHeader = "Leasehold-Token"
+
+// SetTokenHeader sets TokenHeader on req from the token in req's context and
+// reports whether there was one.
+func SetTokenHeader(req *http.Request) bool {
+	t, ok := FromContext(req.Context())
+	if ok {
+		req.Header.Set(TokenHeader, t.String())
+	}
+	return ok
+}
+
+// MiddlewareOption configures Gate.Middleware.
+type MiddlewareOption func(*middleware)
+
+// AllowMissingToken lets requests without TokenHeader through, unchecked.
+// Unset: they get 400 Bad Request.
+func AllowMissingToken() MiddlewareOption { return func(m *middleware) { m.allowMissing = true } }
+
+type middleware struct {
+	g            *Gate
+	next         http.Handler
+	allowMissing bool
+}
+
+// Middleware admits the token of each request through g before next runs,
+// and runs next under g.Do, so no newer token is admitted while it writes.
+// A stale token gets 409 Conflict, a malformed one 400 Bad Request, as does a
+// missing one unless AllowMissingToken is set. next finds the admitted token
+// with FromContext.
+func (g *Gate) Middleware(next http.Handler, opts ...MiddlewareOption) http.Handler {
+	m := &middleware{g: g, next: next}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	text := r.Header.Get(TokenHeader)
+	if text == "" {
+		if m.allowMissing {
+			m.next.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "missing "+TokenHeader+" header", http.StatusBadRequest)
+		return
+	}
+	t, err := ParseToken(text)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	err = m.g.Do(r.Context(), t, func() error {
+		m.next.ServeHTTP(w, r.WithContext(WithToken(r.Context(), t)))
+		return nil
+	})
+	switch {
+	case errors.Is(err, ErrStaleToken):
+		http.Error(w, fmt.Sprintf("stale fencing token: %v", err), http.StatusConflict)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	}
+}
