@@ -184,8 +184,7 @@ func (s *Session) checkExpiry() {
 	if time.Now().Before(until) {
 		return
 	}
-	s.lose(fmt.Errorf("%w: no renewal acknowledged since %v before %v", ErrLeaseUnconfirmed, s.ttl-s.margin,
-		until.Format(time.RFC3339Nano)))
+	s.lose(fmt.Errorf("%w: ValidUntil %s passed without a renewal", ErrLeaseUnconfirmed, until.Format("15:04:05.000")))
 }
 
 // renewed extends validUntil after a renewal sent at sent was acknowledged

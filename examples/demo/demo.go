@@ -1,0 +1,320 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// stepTimeout bounds every wait of the story; a step that takes longer
+// fails the demo instead of hanging it.
+const stepTimeout = 30 * time.Second
+
+// event is one line a worker printed.
+type event struct {
+	worker int
+	kind   string   // leading, ack, ledger, frozen, fenced, stopped
+	args   []string // the rest of the line
+}
+
+type demo struct {
+	out    io.Writer
+	start  time.Time
+	cli    *clientv3.Client
+	procs  []*exec.Cmd
+	stdins []io.WriteCloser
+	events chan event
+	ledger *ledger
+
+	acks     int   // guarded increments acknowledged
+	lastAck  int64 // the counter value of the last acknowledged increment
+	rejected int   // stale writes rejected: by etcd and by the ledger
+}
+
+func runDemo(ctx context.Context, c config, out io.Writer) (bool, error) {
+	if c.workers < 2 {
+		return false, fmt.Errorf("--workers %d: need at least 2", c.workers)
+	}
+	d := &demo{out: out, start: time.Now(), events: make(chan event, 1024)}
+	where := c.endpoints
+	if where == "" {
+		e, err := startEmbedded()
+		if err != nil {
+			return false, fmt.Errorf("embedded etcd: %w", err)
+		}
+		defer e.Close()
+		c.endpoints, where = e.URL, "embedded etcd at "+e.URL
+	}
+	cli, err := newClient(c)
+	if err != nil {
+		return false, err
+	}
+	defer cli.Close()
+	d.cli = cli
+	if _, err := cli.Delete(ctx, counterKey); err != nil {
+		return false, fmt.Errorf("reset %s: %w", counterKey, err)
+	}
+	d.ledger, err = startLedger()
+	if err != nil {
+		return false, err
+	}
+	defer d.ledger.Close()
+	d.printf("leasehold demo: %d workers, lease TTL %v, %s", c.workers, c.ttl, where)
+	if err := d.startWorkers(c); err != nil {
+		return false, err
+	}
+	defer d.stopWorkers()
+	if err := d.story(ctx, c); err != nil {
+		return false, err
+	}
+	d.stopWorkers()
+	return d.verdict(ctx)
+}
+
+func (d *demo) printf(format string, args ...any) {
+	fmt.Fprintf(d.out, "%6.2fs  %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// story: a leader counts; it is frozen mid-write past its TTL; another
+// takes over; the old one resumes and its writes are refused.
+func (d *demo) story(ctx context.Context, c config) error {
+	first, err := d.until(ctx, func(e event) bool { return e.kind == "leading" })
+	if err != nil {
+		return err
+	}
+	d.printf("worker %d leads with token %s", first.worker, first.args[0])
+	if err := d.acksFrom(ctx, first.worker, 5); err != nil {
+		return err
+	}
+	io.WriteString(d.stdins[first.worker], "freeze\n")
+	frozen, err := d.until(ctx, func(e event) bool { return e.kind == "frozen" })
+	if err != nil {
+		return err
+	}
+	if err := d.procs[first.worker].Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	frozenAt := time.Now()
+	d.printf("worker %d frozen (SIGSTOP) after reading counter=%s, before writing %s+1", first.worker, frozen.args[1], frozen.args[1])
+	next, err := d.until(ctx, func(e event) bool { return e.kind == "leading" && e.worker != first.worker })
+	if err != nil {
+		return err
+	}
+	d.printf("worker %d leads with token %s, %.2fs after the freeze (TTL %v): the frozen lease expired",
+		next.worker, next.args[0], time.Since(frozenAt).Seconds(), c.ttl)
+	if err := d.acksFrom(ctx, next.worker, 5); err != nil {
+		return err
+	}
+	if err := d.procs[first.worker].Process.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	io.WriteString(d.stdins[first.worker], "go\n")
+	d.printf("worker %d resumed (SIGCONT); it writes counter=%s+1 as if it still led", first.worker, frozen.args[1])
+	if _, err := d.until(ctx, func(e event) bool { return e.kind == "ledger" && e.worker == first.worker }); err != nil {
+		return err
+	}
+	return nil
+}
+
+// acksFrom waits for n acknowledged increments by worker w.
+func (d *demo) acksFrom(ctx context.Context, w, n int) error {
+	from := d.lastAck + 1
+	for i := 0; i < n; i++ {
+		if _, err := d.until(ctx, func(e event) bool { return e.kind == "ack" && e.worker == w }); err != nil {
+			return err
+		}
+	}
+	d.printf("worker %d counts %d..%d (guarded increments, each acknowledged)", w, from, d.lastAck)
+	return nil
+}
+
+// until consumes events, keeping score, until one matches.
+func (d *demo) until(ctx context.Context, match func(event) bool) (event, error) {
+	timeout := time.After(stepTimeout)
+	for {
+		select {
+		case e := <-d.events:
+			d.score(e)
+			if match(e) {
+				return e, nil
+			}
+		case <-timeout:
+			return event{}, fmt.Errorf("no progress within %v", stepTimeout)
+		case <-ctx.Done():
+			return event{}, ctx.Err()
+		}
+	}
+}
+
+func (d *demo) score(e event) {
+	switch e.kind {
+	case "ack":
+		d.acks++
+		d.lastAck, _ = strconv.ParseInt(e.args[1], 10, 64)
+	case "fenced":
+		d.rejected++
+		d.printf("worker %d guarded write counter=%s REJECTED by etcd: guard.ErrNotOwner (its token %s is no longer the owner's)",
+			e.worker, e.args[1], e.args[0])
+		d.printf("         without the guard it would have set the counter back from %d to %s", d.lastAck, e.args[1])
+	case "ledger":
+		if e.args[2] == strconv.Itoa(http.StatusConflict) {
+			d.rejected++
+			d.printf("worker %d ledger write %s REJECTED: 409 stale token %s", e.worker, e.args[1], e.args[0])
+		}
+	case "stopped":
+		d.printf("worker %d stopped leading (token %s): %s", e.worker, e.args[0], strings.Join(e.args[1:], " "))
+	}
+}
+
+func (d *demo) verdict(ctx context.Context) (bool, error) {
+	for len(d.events) > 0 {
+		d.score(<-d.events)
+	}
+	resp, err := d.cli.Get(ctx, counterKey)
+	if err != nil {
+		return false, err
+	}
+	var counter int64
+	if len(resp.Kvs) > 0 {
+		counter, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	}
+	monotonic := d.ledger.monotonic()
+	lost := int64(d.acks) - counter
+	ok := lost == 0 && d.rejected >= 2 && monotonic
+	word := "FAILED"
+	if ok {
+		word = "OK"
+	}
+	fmt.Fprintf(d.out, "\nverdict: counter=%d acknowledged=%d lost updates: %d; stale writes rejected: %d; ledger tokens never went back: %v: %s\n",
+		counter, d.acks, lost, d.rejected, monotonic, word)
+	return ok, nil
+}
+
+func (d *demo) startWorkers(c config) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	for i := range c.workers {
+		cmd := exec.Command(exe, "--endpoints", c.endpoints, "--cacert", c.cacert, "--cert", c.cert, "--key", c.key,
+			"--ttl", c.ttl.String(), "--ledger", d.ledger.URL)
+		cmd.Env = append(os.Environ(), workerEnv+"="+strconv.Itoa(i))
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		d.procs, d.stdins = append(d.procs, cmd), append(d.stdins, stdin)
+		go d.read(i, stdout)
+	}
+	return nil
+}
+
+func (d *demo) read(w int, r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 0 {
+			d.events <- event{worker: w, kind: f[0], args: f[1:]}
+		}
+	}
+}
+
+// stopWorkers ends every worker: end of input makes it resign and exit.
+func (d *demo) stopWorkers() {
+	for i, cmd := range d.procs {
+		cmd.Process.Signal(syscall.SIGCONT) // in case it is still frozen
+		d.stdins[i].Close()
+	}
+	for _, cmd := range d.procs {
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	d.procs = nil
+}
+
+func newClient(c config) (*clientv3.Client, error) {
+	var tlsCfg *tls.Config
+	if c.cacert != "" || c.cert != "" {
+		var err error
+		info := transport.TLSInfo{TrustedCAFile: c.cacert, CertFile: c.cert, KeyFile: c.key}
+		if tlsCfg, err = info.ClientConfig(); err != nil {
+			return nil, err
+		}
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:   strings.Split(c.endpoints, ","),
+		DialTimeout: 5 * time.Second,
+		TLS:         tlsCfg,
+		Logger:      zap.NewNop(),
+	})
+}
+
+// ledger is the store outside etcd: it accepts a write only with a token
+// that its Gate admits, and keeps the tokens it accepted in order.
+type ledger struct {
+	URL    string
+	srv    *http.Server
+	mu     sync.Mutex
+	tokens []fencing.Token // guarded by mu
+}
+
+func startLedger() (*ledger, error) {
+	l := &ledger{}
+	var gate fencing.Gate
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	l.URL = "http://" + ln.Addr().String() + "/ledger"
+	l.srv = &http.Server{Handler: gate.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, _ := fencing.FromContext(r.Context())
+		l.mu.Lock()
+		l.tokens = append(l.tokens, t)
+		l.mu.Unlock()
+	}))}
+	go l.srv.Serve(ln)
+	return l, nil
+}
+
+func (l *ledger) monotonic() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := 1; i < len(l.tokens); i++ {
+		if l.tokens[i].Compare(l.tokens[i-1]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *ledger) Close() { l.srv.Close() }

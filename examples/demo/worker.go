@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const (
+	electionName = "demo/leader"
+	counterKey   = "demo/counter"
+)
+
+// worker is one worker process. It reports on stdout, one event a line
+// ("leading <token>", "ack <token> <n>", ...), and obeys stdin: "freeze"
+// makes it wait before its next write until "go"; end of input stops it.
+type worker struct {
+	name   string
+	cli    *clientv3.Client
+	ledger string
+
+	out      sync.Mutex // serialises event lines
+	freeze   chan struct{}
+	resume   chan struct{}
+	freezeMu sync.Once
+}
+
+func workerMain(name string, args []string) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	var c config
+	var ledger string
+	fs.StringVar(&c.endpoints, "endpoints", "", "")
+	fs.StringVar(&c.cacert, "cacert", "", "")
+	fs.StringVar(&c.cert, "cert", "", "")
+	fs.StringVar(&c.key, "key", "", "")
+	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "")
+	fs.StringVar(&ledger, "ledger", "", "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cli, err := newClient(c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	defer cli.Close()
+	w := &worker{name: name, cli: cli, ledger: ledger, freeze: make(chan struct{}), resume: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	go w.commands(cancel)
+	err = election.Run(ctx, cli, electionName, name, w.work,
+		election.WithTTL(c.ttl), election.WithIdentity(name),
+		election.WithBackoff(20*time.Millisecond, 200*time.Millisecond),
+		election.OnStoppedLeading(func(t *election.Term, cause error) { w.say("stopped", t.Token(), cause) }))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}
+
+// commands reads stdin until it ends, then stops the worker.
+func (w *worker) commands(stop context.CancelFunc) {
+	defer stop()
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "freeze":
+			w.freezeMu.Do(func() { close(w.freeze) })
+		case "go":
+			close(w.resume)
+		}
+	}
+}
+
+func (w *worker) say(event string, args ...any) {
+	w.out.Lock()
+	defer w.out.Unlock()
+	fmt.Println(append([]any{event}, args...)...)
+}
+
+// work increments the counter while this worker leads. Each increment is a
+// guarded read-modify-write: read the counter, then write n+1 only if this
+// term still leads and nobody wrote the counter since the read.
+func (w *worker) work(ctx context.Context, t *election.Term) error {
+	w.say("leading", t.Token())
+	for ctx.Err() == nil {
+		n, rev, err := w.read(ctx)
+		if err != nil {
+			continue
+		}
+		select {
+		case <-w.freeze:
+			// The demo freezes this process here, between read and write: the
+			// worst moment. When it resumes it writes on, like any paused
+			// process that has not looked at its context since.
+			w.say("frozen", t.Token(), n)
+			<-w.resume
+			w.write(context.Background(), t, n, rev)
+			return nil
+		default:
+		}
+		w.write(ctx, t, n, rev)
+		pace(ctx, 50*time.Millisecond)
+	}
+	return nil
+}
+
+func (w *worker) read(ctx context.Context) (n, rev int64, err error) {
+	resp, err := w.cli.Get(ctx, counterKey)
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0, 0, err
+	}
+	n, err = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	return n, resp.Kvs[0].ModRevision, err
+}
+
+// write stores n+1 in etcd (guarded) and then in the ledger (fenced).
+func (w *worker) write(ctx context.Context, t *election.Term, n, rev int64) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	resp, err := guard.Txn(wctx, t).
+		If(clientv3.Compare(clientv3.ModRevision(counterKey), "=", rev)).
+		Then(clientv3.OpPut(counterKey, strconv.FormatInt(n+1, 10))).
+		Commit()
+	switch {
+	case errors.Is(err, guard.ErrNotOwner):
+		w.say("fenced", t.Token(), n+1)
+	case err != nil || !resp.Succeeded:
+		return // a network error, or a write we did not expect: read again
+	default:
+		w.say("ack", t.Token(), n+1)
+	}
+	w.say("ledger", t.Token(), n+1, w.post(wctx, t.Token(), n+1))
+}
+
+// post records n in the ledger under the token and returns the HTTP status.
+func (w *worker) post(ctx context.Context, tok fencing.Token, n int64) int {
+	req, err := http.NewRequestWithContext(fencing.WithToken(ctx, tok), http.MethodPost, w.ledger,
+		strings.NewReader(strconv.FormatInt(n, 10)))
+	if err != nil {
+		return 0
+	}
+	fencing.SetTokenHeader(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func pace(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
