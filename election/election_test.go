@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/revqueue"
 )
 
 func TestNewRejectsBadInput(t *testing.T) {
@@ -117,12 +118,12 @@ func TestCampaignFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
 		_, err := e.Campaign(etcdtest.Context(t, wait), "candidate")
 		errc <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, "leasehold/election/revoke\x00")) == 2 })
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "revoke"))) == 2 })
 	c.Revoke(t, s.Lease())
 	if err := <-errc; !errors.Is(err, fencing.ErrSessionExpired) {
 		t.Fatalf("Campaign with revoked lease: %v; want ErrSessionExpired", err)
 	}
-	if n := len(c.Keys(t, "leasehold/election/revoke\x00")); n != 1 {
+	if n := len(c.Keys(t, revqueue.Prefix("election", "revoke"))); n != 1 {
 		t.Fatalf("%d keys; want only the leader's", n)
 	}
 }
@@ -138,12 +139,12 @@ func TestCancelledCampaignLeavesNoKey(t *testing.T) {
 		_, err := e.Campaign(ctx, "candidate")
 		errc <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, "leasehold/election/cancel\x00")) == 2 })
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "cancel"))) == 2 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Campaign: %v", err)
 	}
-	if n := len(c.Keys(t, "leasehold/election/cancel\x00")); n != 1 {
+	if n := len(c.Keys(t, revqueue.Prefix("election", "cancel"))); n != 1 {
 		t.Fatalf("%d keys; want only the leader's", n)
 	}
 }
@@ -208,7 +209,7 @@ func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 		}
 		won <- term
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, "leasehold/election/compact\x00")) == 2 })
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "compact"))) == 2 })
 	c.Stop(0)
 	c.WaitLeader(t)
 	if err := leader.Resign(etcdtest.Context(t, wait)); err != nil {
@@ -248,7 +249,7 @@ func TestElectionSurvivesRaftLeaderLoss(t *testing.T) {
 		}
 		won <- term
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, "leasehold/election/raft\x00")) == 2 })
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "raft"))) == 2 })
 	c.StopLeader(t)
 	c.WaitLeader(t)
 	if err := first.Resign(etcdtest.Context(t, wait)); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/revqueue"
 )
 
 // replicas runs n Run replicas of one election, each on its own client,
@@ -185,7 +186,7 @@ func TestRunPolicies(t *testing.T) {
 		done <- election.Run(kctx, cli, "policy", "v", func(_ context.Context, t *election.Term) error { term = t; return nil },
 			fast, election.OnSuccess(election.KeepLeading))
 	}()
-	etcdtest.WaitFor(t, wait, "the term to be kept", func() bool { return len(c.Keys(t, "leasehold/election/policy\x00")) == 1 })
+	etcdtest.WaitFor(t, wait, "the term to be kept", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "policy"))) == 1 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run with KeepLeading: %v", err)

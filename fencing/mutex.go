@@ -24,9 +24,10 @@ type Mutex struct {
 // NewMutex returns the lock called name on session s. Any non-empty valid
 // UTF-8 name of at most MaxNameLen bytes without a NUL byte is accepted,
 // hierarchical ("jobs/billing", "a/b/c"), with empty segments ("a//b") or
-// not: each name owns a key range no other name can reach, so "a" and "a/b"
-// are two independent locks. Other names return ErrInvalidName; a nil s
-// returns ErrInvalidArgument.
+// not: each name owns a key range no other name can reach (its keys start
+// with "leasehold/lock/<length of name>:<name>/"), so "a" and "a/b" are two
+// independent locks. Other names return ErrInvalidName; a nil s returns
+// ErrInvalidArgument.
 func NewMutex(s *Session, name string) (*Mutex, error) {
 	if s == nil {
 		return nil, fmt.Errorf("fencing: NewMutex: %w: nil session", ErrInvalidArgument)

@@ -9,10 +9,9 @@ import (
 // MaxNameLen is the longest name, in bytes, that NewMutex accepts.
 const MaxNameLen = 512
 
-// terminator ends the name part of every key (see revqueue.Prefix). Names
-// cannot contain it, so the keys of one name never start with the key prefix
-// of another: "a" and "a/b" own the disjoint ranges "…a\x00…" and "…a/b\x00…".
-const terminator = "\x00"
+// nul cannot appear in a name: C tools, environment variables and HTTP
+// headers cannot carry it, and a name is printed in all of them.
+const nul = "\x00"
 
 // ValidateName returns nil for a name that NewMutex (and election.New)
 // accept, and otherwise an error wrapping ErrInvalidName that says why.
@@ -24,7 +23,7 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, name)
-	case strings.Contains(name, terminator):
+	case strings.Contains(name, nul):
 		return fmt.Errorf("%w: %q contains a NUL byte", ErrInvalidName, name)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -25,10 +26,14 @@ type Session interface {
 	Err() error
 }
 
-// Prefix is the key range of one name of one kind ("lock", "election"). The
-// name must not contain a NUL byte: the NUL ends it, so no key of another
-// name (say "a/b" for "a") starts with this prefix.
-func Prefix(kind, name string) string { return "leasehold/" + kind + "/" + name + "\x00" }
+// Prefix is the key range of one name of one kind ("lock", "election"):
+// "leasehold/lock/12:jobs/billing/". The name's length comes first, so no key
+// of another name starts with it, whatever the names ("a" owns
+// "leasehold/lock/1:a/", "a/b" owns "leasehold/lock/3:a/b/"), and keys stay
+// printable for operators, logs and environment variables.
+func Prefix(kind, name string) string {
+	return "leasehold/" + kind + "/" + strconv.Itoa(len(name)) + ":" + name + "/"
+}
 
 var seq atomic.Uint64
 

@@ -22,9 +22,9 @@ func TestWaitFollowsPredecessors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ctr etcdtest.Counter
-	q := revqueue.Queue{Client: c.Client(t, etcdtest.WithCounter(&ctr)), Prefix: "q\x00"}
+	q := revqueue.Queue{Client: c.Client(t, etcdtest.WithCounter(&ctr)), Prefix: "q/"}
 	var entries []*revqueue.Entry
-	for _, k := range []string{"q\x00a", "q\x00b", "q\x00c"} {
+	for _, k := range []string{"q/a", "q/b", "q/c"} {
 		e, err := q.Enqueue(ctx, k, "v", g.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -34,15 +34,15 @@ func TestWaitFollowsPredecessors(t *testing.T) {
 	if !entries[0].Owner() || entries[1].Owner() || entries[2].Owner() {
 		t.Fatalf("owners after enqueue: %v %v %v; want only the first", entries[0].Owner(), entries[1].Owner(), entries[2].Owner())
 	}
-	if _, owner, err := q.TryEnqueue(ctx, "q\x00d", "v", g.ID); err != nil || owner == nil || string(owner.Key) != "q\x00a" {
-		t.Fatalf("TryEnqueue on a busy queue: owner %v, err %v; want q\\x00a", owner, err)
+	if _, owner, err := q.TryEnqueue(ctx, "q/d", "v", g.ID); err != nil || owner == nil || string(owner.Key) != "q/a" {
+		t.Fatalf("TryEnqueue on a busy queue: owner %v, err %v; want q/a", owner, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- q.Wait(ctx, entries[2], nil) }()
 	etcdtest.WaitFor(t, 10*time.Second, "the watch on b", func() bool { return ctr.Requests("Watch") >= 1 })
 	// The middle waiter gives up: the last one must re-read and watch the
 	// first key, not acquire while it still owns.
-	c.Delete(t, "q\x00b")
+	c.Delete(t, "q/b")
 	// Requests so far: 4 enqueues and the re-read; watches on b, then a.
 	etcdtest.WaitFor(t, 10*time.Second, "the watch on a", func() bool {
 		return ctr.Requests("Txn") >= 5 && ctr.Requests("Watch") >= 2
@@ -52,7 +52,7 @@ func TestWaitFollowsPredecessors(t *testing.T) {
 		t.Fatalf("Wait returned %v while the first key still owned", err)
 	default:
 	}
-	c.Delete(t, "q\x00a")
+	c.Delete(t, "q/a")
 	if err := <-done; err != nil || !entries[2].Owner() {
 		t.Fatalf("Wait = %v, owner %v; want ownership", err, entries[2].Owner())
 	}
@@ -65,16 +65,16 @@ func TestWaitReportsDeletedOwnKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := revqueue.Queue{Client: c.Admin, Prefix: "q\x00"}
-	if _, err := q.Enqueue(ctx, "q\x00a", "v", g.ID); err != nil {
+	q := revqueue.Queue{Client: c.Admin, Prefix: "q/"}
+	if _, err := q.Enqueue(ctx, "q/a", "v", g.ID); err != nil {
 		t.Fatal(err)
 	}
-	e, err := q.Enqueue(ctx, "q\x00b", "v", g.ID)
+	e, err := q.Enqueue(ctx, "q/b", "v", g.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Delete(t, "q\x00b")
-	c.Delete(t, "q\x00a")
+	c.Delete(t, "q/b")
+	c.Delete(t, "q/a")
 	if err := q.Wait(ctx, e, nil); !errors.Is(err, revqueue.ErrKeyGone) {
 		t.Fatalf("Wait with own key deleted = %v; want ErrKeyGone", err)
 	}
