@@ -42,10 +42,10 @@ func TestSingletonStopsCommandOnLoss(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, c.Client(t), config{name: "backup", ttl: 2 * time.Second, grace: 5 * time.Second,
-			argv: []string{"sh", "-c", `echo "token $LEASEHOLD_TOKEN"; echo "key $LEASEHOLD_KEY"; exec sleep 600`},
+			argv:   []string{"sh", "-c", `echo "token $LEASEHOLD_TOKEN"; echo "key $LEASEHOLD_KEY"; exec sleep 600`},
 			stdout: &out, stderr: &logs})
 	}()
-	etcdtest.WaitFor(t, 30*time.Second, "the command to start:\n"+logs.String(), func() bool {
+	etcdtest.WaitFor(t, 30*time.Second, "the command to start", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("run returned early: %v\n%s", err, logs.String())
