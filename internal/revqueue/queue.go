@@ -45,26 +45,27 @@ type Entry struct {
 func (e *Entry) Owner() bool { return e.pred == "" }
 
 // Enqueue writes key (with value, on lease) at the tail of the queue in one
-// txn, which also reads the entry's direct predecessor and the owner.
+// txn, which also reads the entry's direct predecessor and the queue length.
 func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, error) {
 	resp, err := q.Client.Txn(ctx).Then(
 		clientv3.OpPut(key, value, clientv3.WithLease(lease)),
 		// Within a txn, reads see its writes: our key is the newest, so the
-		// two newest keys are ours and our predecessor's.
+		// two newest keys are ours and our predecessor's. A sorted range
+		// counts every key before the limit: Count is the queue's length.
 		clientv3.OpGet(q.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)),
-		clientv3.OpGet(q.Prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
 	).Commit()
 	if err != nil {
 		return nil, err
 	}
-	newest := resp.Responses[1].GetResponseRange().Kvs
-	if len(newest) == 0 || string(newest[0].Key) != key {
+	rr := resp.Responses[1].GetResponseRange()
+	if len(rr.Kvs) == 0 || string(rr.Kvs[0].Key) != key {
 		return nil, fmt.Errorf("revqueue: enqueue %q: own key not newest in queue", key)
 	}
-	e := &Entry{Key: key, Rev: newest[0].CreateRevision, readRev: resp.Header.Revision}
-	if len(newest) > 1 {
-		e.setPred(newest[1], first(resp.Responses[2].GetResponseRange().Kvs))
+	e := &Entry{Key: key, Rev: rr.Kvs[0].CreateRevision, readRev: resp.Header.Revision}
+	if len(rr.Kvs) > 1 {
+		// With two keys in the queue, the predecessor is the owner.
+		e.pred, e.predOwner = string(rr.Kvs[1].Key), rr.Count == 2
 	}
 	return e, nil
 }

@@ -1,0 +1,199 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/revqueue"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) {
+	etcdtest.RegisterHelper("hold", holdHelper)
+	etcdtest.Main(m)
+}
+
+// holdHelper takes a lock with leasehold or concurrency, prints "locked",
+// and holds it until killed. Args: endpoint, impl, name, TTL seconds.
+func holdHelper(args []string) int {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{args[0]}, Logger: zap.NewNop()})
+	if err != nil {
+		return 1
+	}
+	ctx := context.Background()
+	var ttl int
+	fmt.Sscan(args[3], &ttl)
+	l, err := newLocker(ctx, args[1], cli, args[2], ttl)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := l.lock(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("locked")
+	select {}
+}
+
+// locker is one participant's handle on a lock, in either implementation.
+type locker interface {
+	lock(ctx context.Context) (unlock func(context.Context) error, err error)
+	tryLock(ctx context.Context) (unlock func(context.Context) error, err error)
+	prefix() string // where the lock's keys live
+	close()
+}
+
+var impls = []string{"leasehold", "concurrency"}
+
+func newLocker(ctx context.Context, impl string, cli *clientv3.Client, name string, ttl int) (locker, error) {
+	switch impl {
+	case "leasehold":
+		s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(time.Duration(ttl)*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		m, err := fencing.NewMutex(s, name)
+		return &ours{s: s, m: m, name: name}, err
+	case "concurrency":
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
+		return &theirs{s: s, name: "concurrency/" + name}, err
+	}
+	return nil, fmt.Errorf("no implementation %q", impl)
+}
+
+type ours struct {
+	s    *fencing.Session
+	m    *fencing.Mutex
+	name string
+}
+
+func (o *ours) lock(ctx context.Context) (func(context.Context) error, error) {
+	h, err := o.m.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return h.Unlock, nil
+}
+
+func (o *ours) tryLock(ctx context.Context) (func(context.Context) error, error) {
+	h, err := o.m.TryLock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return h.Unlock, nil
+}
+
+func (o *ours) prefix() string { return revqueue.Prefix("lock", o.name) }
+func (o *ours) close()         { o.s.Close(context.Background()) }
+
+type theirs struct {
+	s    *concurrency.Session
+	name string
+}
+
+// lock uses a new concurrency.Mutex per call: a Mutex keeps the state of
+// one acquisition.
+func (c *theirs) lock(ctx context.Context) (func(context.Context) error, error) {
+	m := concurrency.NewMutex(c.s, c.name)
+	if err := m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return m.Unlock, nil
+}
+
+func (c *theirs) tryLock(ctx context.Context) (func(context.Context) error, error) {
+	m := concurrency.NewMutex(c.s, c.name)
+	if err := m.TryLock(ctx); err != nil {
+		return nil, err
+	}
+	return m.Unlock, nil
+}
+
+func (c *theirs) prefix() string { return c.name + "/" }
+func (c *theirs) close()         { c.s.Close() }
+
+// lockers makes n participants of one lock, spread over a few clients that
+// count their requests.
+func lockers(b *testing.B, c *etcdtest.Cluster, impl, name string, n int) ([]locker, *counters) {
+	b.Helper()
+	ctrs := &counters{}
+	var clis []*clientv3.Client
+	for range min(n, 8) {
+		ctr := &etcdtest.Counter{}
+		ctrs.list = append(ctrs.list, ctr)
+		clis = append(clis, c.Client(b, etcdtest.WithCounter(ctr)))
+	}
+	ls := make([]locker, n)
+	for i := range ls {
+		l, err := newLocker(context.Background(), impl, clis[i%len(clis)], name, 10)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ls[i] = l
+		b.Cleanup(l.close)
+	}
+	return ls, ctrs
+}
+
+// counters adds up several clients' request counts, leaving out lease
+// renewals, which run on their own clock.
+type counters struct{ list []*etcdtest.Counter }
+
+func (c *counters) requests() int {
+	n := 0
+	for _, ctr := range c.list {
+		n += ctr.Requests("") - ctr.Requests("LeaseKeepAlive")
+	}
+	return n
+}
+
+// latencies collects durations and reports their percentiles.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.d = append(l.d, d)
+}
+
+func (l *latencies) report(b *testing.B) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return
+	}
+	slices.Sort(l.d)
+	at := func(p float64) float64 {
+		return float64(l.d[min(len(l.d)-1, int(p*float64(len(l.d))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(at(0.50), "p50-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
+	b.ReportMetric(float64(l.d[len(l.d)-1].Microseconds())/1000, "max-ms")
+}
+
+// cluster starts the single-member etcd of one benchmark and warms it up:
+// the first few hundred requests of a new server and client are slower, and
+// would otherwise count against whichever implementation runs first.
+func cluster(b *testing.B) *etcdtest.Cluster {
+	c := etcdtest.Single(b)
+	ctx := context.Background()
+	for i := range 1000 {
+		if _, err := c.Admin.Put(ctx, "warmup", fmt.Sprint(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c
+}
