@@ -56,7 +56,7 @@ func (c *ourCandidate) campaign(ctx context.Context, v string) (err error) {
 	return err
 }
 func (c *ourCandidate) proclaim(ctx context.Context, v string) error { return c.t.Proclaim(ctx, v) }
-func (c *ourCandidate) resign(ctx context.Context) error            { return c.t.Resign(ctx) }
+func (c *ourCandidate) resign(ctx context.Context) error             { return c.t.Resign(ctx) }
 func (c *ourCandidate) observe(ctx context.Context) <-chan string {
 	out := make(chan string, 64)
 	go func() {

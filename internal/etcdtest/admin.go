@@ -98,3 +98,54 @@ func When(done <-chan struct{}) <-chan time.Time {
 	}()
 	return at
 }
+
+// WithAuth makes a client log in as user.
+func WithAuth(user, password string) ClientOption {
+	return func(cfg *clientv3.Config) { cfg.Username, cfg.Password = user, password }
+}
+
+// EnableAuth turns etcd authentication on, with a root user whose client
+// replaces Admin.
+func (c *Cluster) EnableAuth(t testing.TB) {
+	t.Helper()
+	ctx := Context(t, adminTimeout)
+	for _, step := range []func() error{
+		func() error { _, err := c.Admin.UserAdd(ctx, "root", "root"); return err },
+		func() error { _, err := c.Admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := c.Admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("etcdtest: enable auth: %v", err)
+		}
+	}
+	root, err := dial(c.Endpoints(), WithAuth("root", "root"))
+	if err != nil {
+		t.Fatalf("etcdtest: root client: %v", err)
+	}
+	c.Admin.Close()
+	c.Admin = root
+}
+
+// AddUser creates user, with password user, granted read and write on each
+// key prefix (none: a user who may touch nothing).
+func (c *Cluster) AddUser(t testing.TB, user string, prefixes ...string) {
+	t.Helper()
+	ctx := Context(t, adminTimeout)
+	if _, err := c.Admin.UserAdd(ctx, user, user); err != nil {
+		t.Fatalf("etcdtest: add user %s: %v", user, err)
+	}
+	if len(prefixes) == 0 {
+		return
+	}
+	if _, err := c.Admin.RoleAdd(ctx, user); err != nil {
+		t.Fatalf("etcdtest: add role %s: %v", user, err)
+	}
+	for _, p := range prefixes {
+		if _, err := c.Admin.RoleGrantPermission(ctx, user, p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+			t.Fatalf("etcdtest: grant %s on %q: %v", user, p, err)
+		}
+	}
+	if _, err := c.Admin.UserGrantRole(ctx, user, user); err != nil {
+		t.Fatalf("etcdtest: grant role %s: %v", user, err)
+	}
+}

@@ -129,6 +129,10 @@ func (p *Proc) Expect(t testing.TB, d time.Duration, prefix string) string {
 	}
 }
 
+// Lines returns the helper's output lines, for a test that reads all of
+// them; it is closed when the helper exits. Expect reads the same channel.
+func (p *Proc) Lines() <-chan string { return p.lines }
+
 // Send writes line, and a newline, to the helper's stdin.
 func (p *Proc) Send(t testing.TB, line string) {
 	t.Helper()
@@ -136,6 +140,10 @@ func (p *Proc) Send(t testing.TB, line string) {
 		t.Fatalf("etcdtest: send to helper %d: %v", p.Pid(), err)
 	}
 }
+
+// Close closes the helper's stdin: a helper that follows the convention
+// exits.
+func (p *Proc) Close() { p.stdin.Close() }
 
 // Stop pauses the process with SIGSTOP: it holds its sockets but runs no code.
 func (p *Proc) Stop(t testing.TB) { p.signal(t, syscall.SIGSTOP) }

@@ -21,17 +21,32 @@ type Link struct {
 // TCP proxies, and the Link that controls them. t.Cleanup closes both.
 func (c *Cluster) ProxiedClient(t testing.TB, opts ...ClientOption) (*clientv3.Client, *Link) {
 	t.Helper()
-	l := &Link{}
-	var eps []string
-	for _, m := range c.Members {
-		p := newProxy(t, m.ClientURL)
-		l.proxies = append(l.proxies, p)
-		eps = append(eps, "http://"+strings.TrimPrefix(p.From(), "tcp://"))
-	}
+	l := c.NewLink(t)
 	// Cleanups run last-in first-out: the client closes before its proxies,
 	// whose Close waits for the connections to end.
+	return NewClient(t, l.Endpoints(), opts...), l
+}
+
+// NewLink returns a TCP proxy per member, for a client made elsewhere (in a
+// subprocess, say) to reach the cluster through Endpoints. t.Cleanup closes
+// it, after the cleanups registered later (such as the client's).
+func (c *Cluster) NewLink(t testing.TB) *Link {
+	t.Helper()
+	l := &Link{}
+	for _, m := range c.Members {
+		l.proxies = append(l.proxies, newProxy(t, m.ClientURL))
+	}
 	t.Cleanup(l.close)
-	return NewClient(t, eps, opts...), l
+	return l
+}
+
+// Endpoints returns the client URLs of the link's proxies.
+func (l *Link) Endpoints() []string {
+	var eps []string
+	for _, p := range l.proxies {
+		eps = append(eps, "http://"+strings.TrimPrefix(p.From(), "tcp://"))
+	}
+	return eps
 }
 
 func newProxy(t testing.TB, to url.URL) proxy.Server {

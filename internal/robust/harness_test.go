@@ -1,0 +1,254 @@
+package robust_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// harness runs the workers and injects the faults.
+type harness struct {
+	t      *testing.T
+	c      *etcdtest.Cluster
+	impl   string
+	store  string
+	events chan event
+	rng    *rand.Rand
+	faults map[string]int
+
+	mu     sync.Mutex
+	links  map[string]*etcdtest.Link // guarded by mu: every worker's link, by worker
+	procs  map[string]*etcdtest.Proc // guarded by mu: running subprocess workers, by worker
+	holder string                    // guarded by mu: the worker that acquired last
+	busy   map[any]bool              // guarded by mu: links, processes and members under a fault now
+	next   int                       // guarded by mu: numbers new subprocess workers
+	done   []chan struct{}           // guarded by mu: ends of fault goroutines
+}
+
+func (h *harness) inProcess(ctx context.Context, wg *sync.WaitGroup, name string) {
+	cli, link := h.c.ProxiedClient(h.t)
+	h.mu.Lock()
+	h.links[name] = link
+	h.mu.Unlock()
+	w := &worker{name: name, impl: h.impl, cli: cli, store: h.store,
+		emit: func(e event) { h.events <- e }, rng: rand.New(rand.NewPCG(h.rng.Uint64(), 3))}
+	wg.Go(func() { w.run(ctx) })
+}
+
+func (h *harness) subprocess(name string) {
+	link := h.c.NewLink(h.t)
+	p := etcdtest.StartHelper(h.t, "worker", append([]string{name, h.impl, h.store}, link.Endpoints()...)...)
+	h.mu.Lock()
+	h.links[name] = link
+	h.procs[name] = p
+	h.mu.Unlock()
+	go func() {
+		for line := range p.Lines() {
+			if e, ok := parseEvent(line); ok {
+				h.events <- e
+			}
+		}
+	}()
+}
+
+// faultLoop injects a random fault every 0.3–1 s until done says so, then
+// waits for the faults under way to end.
+func (h *harness) faultLoop(ctx context.Context, hist *history, done func() bool) {
+	kinds := []func(){h.blackhole, h.sigstop, h.sigkill, h.stopMember, h.stopLeader,
+		func() { h.compact(hist) }, h.revoke, h.deleteOwner}
+	for ctx.Err() == nil && !done() {
+		pause(ctx, time.Duration(300+h.rng.IntN(700))*time.Millisecond)
+		kinds[h.rng.IntN(len(kinds))]()
+	}
+	h.mu.Lock()
+	ends := h.done
+	h.mu.Unlock()
+	for _, d := range ends {
+		<-d
+	}
+}
+
+// during runs a fault on target for longer than the TTL, in the background,
+// unless target is already under a fault.
+func (h *harness) during(kind string, target any, start, end func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.busy == nil {
+		h.busy = map[any]bool{}
+	}
+	if h.busy[target] {
+		return
+	}
+	h.busy[target] = true
+	h.faults[kind]++
+	d := make(chan struct{})
+	h.done = append(h.done, d)
+	start()
+	length := ttl + time.Duration(h.rng.IntN(1000))*time.Millisecond // longer than the TTL
+	go func() {
+		defer close(d)
+		time.Sleep(length)
+		end()
+		h.mu.Lock()
+		delete(h.busy, target)
+		h.mu.Unlock()
+	}()
+}
+
+// Faults aim at the holder three times in four: a fault on a waiter rarely
+// tests anything.
+func (h *harness) blackhole() {
+	h.mu.Lock()
+	l := h.links[h.target(h.links)]
+	h.mu.Unlock()
+	h.during("blackhole", l, l.Blackhole, l.Restore)
+}
+
+// target picks the holder if it is in m (most of the time), else anyone.
+// It is called with mu held.
+func (h *harness) target(m map[string]*etcdtest.Link) string {
+	return pick(h.rng, h.holder, m)
+}
+
+func pick[T any](rng *rand.Rand, holder string, m map[string]T) string {
+	if _, ok := m[holder]; ok && rng.IntN(4) > 0 {
+		return holder
+	}
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[rng.IntN(len(names))]
+}
+
+// acquired notes the latest holder, for the faults to aim at.
+func (h *harness) acquired(worker string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holder = worker
+}
+
+func (h *harness) sigstop() {
+	p := h.pickProc()
+	if p == nil {
+		return
+	}
+	h.during("sigstop", p, func() { p.Stop(h.t) }, func() { p.Cont(h.t) })
+}
+
+func (h *harness) sigkill() {
+	p := h.pickProc()
+	if p == nil {
+		return
+	}
+	h.mu.Lock()
+	if h.busy[p] {
+		h.mu.Unlock()
+		return
+	}
+	for n, q := range h.procs {
+		if q == p {
+			delete(h.procs, n)
+		}
+	}
+	h.faults["sigkill"]++
+	h.next++
+	name := fmt.Sprint("k", h.next)
+	h.mu.Unlock()
+	p.Kill(h.t)
+	h.subprocess(name)
+}
+
+func (h *harness) pickProc() *etcdtest.Proc {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.procs[pick(h.rng, h.holder, h.procs)]
+}
+
+// stopMember stops one member for a while; at most one is down at a time,
+// so the cluster keeps its quorum.
+func (h *harness) stopMember() {
+	i := h.rng.IntN(len(h.c.Members))
+	h.during("stop-member", "members", func() { h.c.Stop(i) }, func() { h.c.Restart(h.t, i) })
+}
+
+func (h *harness) stopLeader() {
+	i := h.c.Leader()
+	if i < 0 {
+		return
+	}
+	h.during("stop-leader", "members", func() { h.c.Stop(i) }, func() { h.c.Restart(h.t, i) })
+}
+
+// compact compacts up to what the history has already seen, so that its
+// watch never loses an event.
+func (h *harness) compact(hist *history) {
+	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := h.c.Admin.Compact(ctx, hist.progress()); err == nil {
+		h.count("compact")
+	}
+}
+
+func (h *harness) revoke() {
+	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
+	defer cancel()
+	leases, err := h.c.Admin.Leases(ctx)
+	if err != nil || len(leases.Leases) == 0 {
+		return
+	}
+	if _, err := h.c.Admin.Revoke(ctx, leases.Leases[h.rng.IntN(len(leases.Leases))].ID); err == nil {
+		h.count("revoke")
+	}
+}
+
+// deleteOwner deletes the current owner's key, as an operator might.
+func (h *harness) deleteOwner() {
+	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
+	defer cancel()
+	prefix := "leasehold/lock/"
+	if h.impl == "concurrency" {
+		prefix = "concurrency/"
+	}
+	resp, err := h.c.Admin.Get(ctx, prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	if err != nil || len(resp.Kvs) == 0 {
+		return
+	}
+	if _, err := h.c.Admin.Delete(ctx, string(resp.Kvs[0].Key)); err == nil {
+		h.count("delete-owner")
+	}
+}
+
+func (h *harness) count(kind string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.faults[kind]++
+}
+
+// stopAll ends the subprocess workers: end of input stops them.
+func (h *harness) stopAll() {
+	h.mu.Lock()
+	var procs []*etcdtest.Proc
+	for _, p := range h.procs {
+		procs = append(procs, p)
+	}
+	h.mu.Unlock()
+	for _, p := range procs {
+		p.Cont(h.t)
+		p.Close()
+	}
+	for _, p := range procs {
+		<-p.Exited()
+	}
+}

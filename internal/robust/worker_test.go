@@ -1,0 +1,236 @@
+package robust_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+)
+
+const (
+	lockName   = "robust"
+	counterKey = "robust/counter"
+	ttl        = 2 * time.Second
+)
+
+// event is one line of the history: what a worker did and how it ended.
+type event struct {
+	worker  string
+	kind    string // acquire, release, write (guarded or plain increment), store (fenced write)
+	token   int64  // the worker's lock key's create revision
+	value   int64  // the counter value written
+	rev     int64  // commit revision of a write
+	outcome string // ok, notowner, conflict, unknown (the write may or may not have committed), stale
+}
+
+func (e event) String() string {
+	return fmt.Sprintf("ev %s %s %d %d %d %s", e.worker, e.kind, e.token, e.value, e.rev, e.outcome)
+}
+
+func parseEvent(line string) (event, bool) {
+	f := strings.Fields(line)
+	if len(f) != 7 || f[0] != "ev" {
+		return event{}, false
+	}
+	var e event
+	e.worker, e.kind, e.outcome = f[1], f[2], f[6]
+	e.token, _ = strconv.ParseInt(f[3], 10, 64)
+	e.value, _ = strconv.ParseInt(f[4], 10, 64)
+	e.rev, _ = strconv.ParseInt(f[5], 10, 64)
+	return e, true
+}
+
+// worker is one contender: it takes the lock, increments the counter a few
+// times with read-modify-writes, writes each value to the store, and lets go.
+type worker struct {
+	name  string
+	impl  string // leasehold (guarded, fenced) or concurrency (plain writes)
+	cli   *clientv3.Client
+	store string
+	emit  func(event)
+	rng   *rand.Rand
+}
+
+// workerHelper runs a worker in a subprocess until stdin closes. Args:
+// name, impl, store URL, endpoints...
+func workerHelper(args []string) int {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: args[3:], DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		os.Stdin.Read(make([]byte, 1))
+		cancel()
+	}()
+	w := &worker{name: args[0], impl: args[1], cli: cli, store: args[2],
+		emit: func(e event) { fmt.Println(e) }, rng: rand.New(rand.NewPCG(uint64(os.Getpid()), 1))}
+	w.run(ctx)
+	return 0
+}
+
+func (w *worker) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if w.impl == "leasehold" {
+			w.leasehold(ctx)
+		} else {
+			w.concurrency(ctx)
+		}
+	}
+}
+
+// leasehold holds one session until it is lost, taking the lock again and
+// again.
+func (w *worker) leasehold(ctx context.Context) {
+	s, err := fencing.NewSession(ctx, w.cli, fencing.WithTTL(ttl), fencing.WithIdentity(w.name))
+	if err != nil {
+		pause(ctx, 100*time.Millisecond)
+		return
+	}
+	defer s.Close(context.Background())
+	m, _ := fencing.NewMutex(s, lockName)
+	for ctx.Err() == nil && s.Err() == nil {
+		lctx, cancel := context.WithTimeout(ctx, 5*ttl)
+		h, err := m.Lock(lctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		tok := h.Token().Revision
+		w.emit(event{worker: w.name, kind: "acquire", token: tok})
+		for range 1 + w.rng.IntN(4) {
+			w.increment(ctx, tok, func(c context.Context, rev int64, v string) (*clientv3.TxnResponse, error) {
+				return guard.Txn(c, h).If(clientv3.Compare(clientv3.ModRevision(counterKey), "=", rev)).
+					Then(clientv3.OpPut(counterKey, v)).Commit()
+			})
+		}
+		uctx, cancel := context.WithTimeout(context.Background(), ttl)
+		h.Unlock(uctx)
+		cancel()
+		w.emit(event{worker: w.name, kind: "release", token: tok})
+		pause(ctx, time.Duration(w.rng.IntN(20))*time.Millisecond)
+	}
+}
+
+// concurrency is the baseline: etcd's concurrency.Mutex with plain writes.
+func (w *worker) concurrency(ctx context.Context) {
+	s, err := concurrency.NewSession(w.cli, concurrency.WithTTL(int(ttl/time.Second)))
+	if err != nil {
+		pause(ctx, 100*time.Millisecond)
+		return
+	}
+	defer s.Close()
+	for ctx.Err() == nil {
+		select {
+		case <-s.Done():
+			return
+		default:
+		}
+		m := concurrency.NewMutex(s, "concurrency/"+lockName)
+		lctx, cancel := context.WithTimeout(ctx, 5*ttl)
+		err := m.Lock(lctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		// Its token is its key's create revision (Header is not: after a wait
+		// it is a later revision).
+		k, err := w.cli.Get(ctx, m.Key())
+		if err != nil || len(k.Kvs) == 0 {
+			continue
+		}
+		tok := k.Kvs[0].CreateRevision
+		w.emit(event{worker: w.name, kind: "acquire", token: tok})
+		for range 1 + w.rng.IntN(4) {
+			w.increment(ctx, tok, func(c context.Context, _ int64, v string) (*clientv3.TxnResponse, error) {
+				return w.cli.Txn(c).Then(clientv3.OpPut(counterKey, v)).Commit()
+			})
+		}
+		uctx, cancel := context.WithTimeout(context.Background(), ttl)
+		m.Unlock(uctx)
+		cancel()
+		w.emit(event{worker: w.name, kind: "release", token: tok})
+		pause(ctx, time.Duration(w.rng.IntN(20))*time.Millisecond)
+	}
+}
+
+type writeFunc func(ctx context.Context, readRev int64, value string) (*clientv3.TxnResponse, error)
+
+// increment reads the counter, waits a random while (the critical section),
+// writes n+1 with write, and then writes n+1 to the store with the token.
+func (w *worker) increment(ctx context.Context, tok int64, write writeFunc) {
+	rctx, cancel := context.WithTimeout(ctx, ttl)
+	resp, err := w.cli.Get(rctx, counterKey)
+	cancel()
+	if err != nil {
+		return
+	}
+	var n, rev int64
+	if len(resp.Kvs) > 0 {
+		n, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+		rev = resp.Kvs[0].ModRevision
+	}
+	pause(ctx, time.Duration(w.rng.IntN(30))*time.Millisecond)
+	e := event{worker: w.name, kind: "write", token: tok, value: n + 1}
+	// A write goes out even if ctx ended meanwhile, as from a process that
+	// paused after its last check: fencing has to stop it, not luck.
+	wctx, cancel := context.WithTimeout(context.Background(), ttl)
+	defer cancel()
+	txn, err := write(wctx, rev, strconv.FormatInt(n+1, 10))
+	switch {
+	case errors.Is(err, guard.ErrNotOwner):
+		e.outcome = "notowner"
+	case err != nil:
+		e.outcome = "unknown"
+	case !txn.Succeeded:
+		e.outcome = "conflict"
+	default:
+		e.outcome, e.rev = "ok", txn.Header.Revision
+	}
+	w.emit(e)
+	// The store write does not depend on etcd's answer: a holder that lost
+	// the lock and has not noticed writes here too, and only the token
+	// stops it.
+	w.emit(event{worker: w.name, kind: "store", token: tok, value: n + 1, outcome: w.post(wctx, tok, n+1)})
+}
+
+// post writes value to the store under the token and returns the outcome.
+func (w *worker) post(ctx context.Context, tok, value int64) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.store, strings.NewReader(strconv.FormatInt(value, 10)))
+	if err != nil {
+		return "unknown"
+	}
+	req.Header.Set(fencing.TokenHeader, fencing.Token{Name: lockName, Revision: tok}.String())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "unknown"
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusConflict {
+		return "stale"
+	}
+	return "ok"
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
