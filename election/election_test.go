@@ -259,3 +259,15 @@ func TestElectionSurvivesRaftLeaderLoss(t *testing.T) {
 		t.Fatalf("next term %v", term)
 	}
 }
+
+// Observe says so when it cannot reach etcd, instead of going silent.
+func TestObserveReportsUnreachable(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	obs := newElection(t, newSession(t, cli), "unreachable").Observe(t.Context())
+	next(t, obs)
+	link.Blackhole()
+	t.Cleanup(link.Restore)
+	for o := next(t, obs); o.Err == nil; o = next(t, obs) {
+	}
+}

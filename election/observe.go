@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,9 +21,9 @@ type Observation struct {
 // each change: a new leader, nobody leading, or the leader's value changed
 // by Proclaim. A state is sent only once it was read from etcd, so a leader
 // whose key is gone is never reported as leading. When a read or the watch
-// fails, or its watch cannot be established (a partition, a lost etcd
-// leader), Observe sends an Observation with Err and tries again with
-// backoff. A watch that is compacted or broken is resumed from a fresh read
+// fails, or its watch cannot be established, or etcd answers none of its
+// progress requests for 5 s (a partition, a lost etcd leader), Observe sends
+// an Observation with Err and tries again with backoff. A watch that is compacted or broken is resumed from a fresh read
 // without an error. The channel closes promptly once ctx is done, and at no other
 // time.
 func (e *Election) Observe(ctx context.Context) <-chan Observation {
@@ -72,25 +73,47 @@ func (e *Election) observe(ctx context.Context, ch chan<- Observation) {
 func (o *observer) follow() error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(o.ctx))
 	defer cancel()
+	// clientv3's Watch blocks until the server creates the watch: the
+	// timeout has to cancel the watch's own context to bound it.
+	var timedOut atomic.Bool
+	arm := time.AfterFunc(observeArmTimeout, func() { timedOut.Store(true); cancel() })
 	wch := o.e.s.Client().Watch(wctx, o.e.q.Prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	arm := time.NewTimer(observeArmTimeout)
-	defer arm.Stop()
-	select {
-	case resp, ok := <-wch:
-		if !ok || resp.Err() != nil {
-			return watchErr(resp, ok)
-		}
-	case <-arm.C:
+	resp, ok := <-wch
+	arm.Stop()
+	switch {
+	case timedOut.Load():
 		return fmt.Errorf("election %q: watch not established within %v", o.e.name, observeArmTimeout)
+	case !ok || resp.Err() != nil:
+		return watchErr(resp, ok)
 	}
-	cur, rev, err := o.e.leader(o.ctx)
+	cur, rev, err := o.read()
 	if err != nil {
 		return err
 	}
 	if !o.report(cur) {
 		return nil
 	}
-	for resp := range wch {
+	// A partitioned watch is silent, not broken: ask etcd for a progress
+	// notice now and then, and report when none comes back.
+	heard := time.Now()
+	probe := time.NewTicker(observeArmTimeout / 4)
+	defer probe.Stop()
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-wch:
+		case <-probe.C:
+			if time.Since(heard) > observeArmTimeout {
+				return fmt.Errorf("election %q: no word from etcd for %v", o.e.name, observeArmTimeout)
+			}
+			o.e.s.Client().RequestProgress(wctx)
+			continue
+		}
+		if !ok {
+			return watchErr(resp, false)
+		}
+		heard = time.Now()
 		if resp.Err() != nil || resp.Canceled {
 			return watchErr(resp, true)
 		}
@@ -109,7 +132,7 @@ func (o *observer) follow() error {
 			}
 		}
 		if reread {
-			if cur, rev, err = o.e.leader(o.ctx); err != nil {
+			if cur, rev, err = o.read(); err != nil {
 				return err
 			}
 		}
@@ -117,7 +140,14 @@ func (o *observer) follow() error {
 			return nil
 		}
 	}
-	return watchErr(clientv3.WatchResponse{}, false)
+}
+
+// read reads the leader, bounded like the watch's arming: a read that hangs
+// in a partition must become an Err observation, not silence.
+func (o *observer) read() (*Leader, int64, error) {
+	ctx, cancel := context.WithTimeout(o.ctx, observeArmTimeout)
+	defer cancel()
+	return o.e.leader(ctx)
 }
 
 func watchErr(resp clientv3.WatchResponse, ok bool) error {

@@ -157,6 +157,7 @@ func (r *runner) loop(ctx context.Context) error {
 				return err
 			}
 			r.log.Debug("campaign failed", "err", err)
+			r.fails++
 			r.backoff(ctx)
 			continue
 		}

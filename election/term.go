@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
@@ -19,11 +20,14 @@ type Term struct {
 	token fencing.Token
 	key   string
 
-	mu       sync.Mutex         // serialises Proclaim, Resign and Context
-	value    string             // guarded by mu: the last value written
-	resigned bool               // guarded by mu: Resign succeeded or found the term lost
-	ctx      context.Context    // guarded by mu: nil until Context is first called
-	stop     context.CancelFunc // guarded by mu: ends ctx's watch
+	mu       sync.Mutex  // serialises Proclaim and Resign
+	value    string      // guarded by mu: the last value written
+	resigned atomic.Bool // set once Resign succeeded or found the term lost
+
+	// ctxMu is separate from mu: arming a watch can block (until ValidUntil
+	// in a partition), and Resign must not wait for it.
+	ctxMu sync.Mutex
+	ctx   context.Context // guarded by ctxMu: nil until Context is first called
 }
 
 // Token returns the term's fencing token: greater than every earlier term's.
@@ -50,7 +54,7 @@ func (t *Term) Value() string {
 func (t *Term) Proclaim(ctx context.Context, value string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.resigned {
+	if t.resigned.Load() {
 		return fmt.Errorf("election: proclaim %v: %w: resigned", t.token, ErrNotLeader)
 	}
 	if _, err := guard.Put(ctx, t, t.key, value, clientv3.WithLease(t.s.Lease())); err != nil {
@@ -62,13 +66,14 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 
 // Resign ends the term by deleting its key, which hands leadership to the
 // next candidate at once. It returns an error wrapping ErrNotLeader when the
-// term was already lost or resigned. After any other error (the network) the
+// term was already lost (key gone, or session ended: a key still there is
+// deleted all the same) or resigned. After any other error (the network) the
 // term is unchanged and Resign may be retried. The term's Context ends,
 // with ErrNotLeader as its cause, before the key goes.
 func (t *Term) Resign(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.resigned {
+	if t.resigned.Load() {
 		return fmt.Errorf("election: resign %v: %w: already resigned", t.token, ErrNotLeader)
 	}
 	ownwatch.Lost(t.key, fmt.Errorf("%w: resigned", ErrNotLeader))
@@ -76,12 +81,14 @@ func (t *Term) Resign(ctx context.Context) error {
 	if err != nil && !errors.Is(err, guard.ErrNotOwner) {
 		return fmt.Errorf("election: resign %v: %w", t.token, err)
 	}
-	t.resigned = true
-	if t.stop != nil {
-		t.stop()
-	}
+	t.resigned.Store(true)
 	if err != nil {
 		return t.err("resign", err)
+	}
+	if err := t.s.Err(); err != nil {
+		// The key was still there, but the session had stopped vouching
+		// for it: the term had already ended.
+		return fmt.Errorf("election: resign %v: %w: %w", t.token, ErrNotLeader, err)
 	}
 	return nil
 }
@@ -92,15 +99,17 @@ func (t *Term) Resign(ctx context.Context) error {
 // first call (which waits until the watch is established on the server) and
 // shared by later calls; Campaign pays for no watch until it is asked for.
 func (t *Term) Context() context.Context {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.ctxMu.Lock()
+	defer t.ctxMu.Unlock()
 	if t.ctx == nil {
-		if t.resigned {
+		if t.resigned.Load() {
 			ctx, cancel := context.WithCancelCause(context.Background())
 			cancel(fmt.Errorf("%w: resigned", ErrNotLeader))
 			return ctx
 		}
-		t.ctx, t.stop = guard.Watch(context.Background(), t)
+		// The watch's goroutine ends with the context: at Resign (Lost), at
+		// the loss, or when the session ends.
+		t.ctx, _ = guard.Watch(context.Background(), t)
 	}
 	return t.ctx
 }

@@ -54,8 +54,15 @@ func (g *Gate) AdmitContext(ctx context.Context, t Token) error {
 }
 
 // Do admits t and, if it is admitted, runs write while no other Do of the
-// same name runs: a newer token cannot be admitted between this check and
-// this write. It returns Admit's error or write's.
+// same name runs in this process: a newer token cannot be admitted through
+// this Gate between this check and this write. It returns Admit's error or
+// write's.
+//
+// Do orders writes within one process only. When several processes guard
+// one store (each with its own Gate, sharing an EtcdGateStore), a slow
+// write admitted by one can still land after a newer one admitted by
+// another: such a store must check the token itself, in the same
+// transaction as the write (the fence column of the package doc).
 func (g *Gate) Do(ctx context.Context, t Token, write func() error) error {
 	mu := g.nameLock(t.Name)
 	mu.Lock()

@@ -11,7 +11,8 @@ import (
 // EtcdGateStore keeps a Gate's high-water marks in etcd, one key per name
 // under Prefix, so they survive restarts and are shared by every process
 // that guards the same store. Each update compares the key's mod revision
-// with the one it read, so concurrent gates never lower a mark.
+// with the one it read, so concurrent gates never lower a mark. Sharing
+// marks does not order writes across processes: see Gate.Do.
 type EtcdGateStore struct {
 	Client *clientv3.Client
 	Prefix string // e.g. "leasehold/gate/ledger/"; each name's key is Prefix+name

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/revqueue"
@@ -21,10 +22,14 @@ type Hold struct {
 	token Token
 	key   string
 
-	mu       sync.Mutex         // serialises Unlock and Context
-	released bool               // guarded by mu: Unlock succeeded or found the key gone
-	ctx      context.Context    // guarded by mu: nil until Context is first called
-	stop     context.CancelFunc // guarded by mu: ends ctx's watch
+	mu       sync.Mutex  // serialises Unlock
+	released atomic.Bool // set by Unlock once it succeeded or found the key gone
+
+	// ctxMu is separate from mu: arming a watch can block (until ValidUntil
+	// in a partition), and Unlock must not wait for it. Unlock ends the watch
+	// through ownwatch.Lost instead.
+	ctxMu sync.Mutex
+	ctx   context.Context // guarded by ctxMu: nil until Context is first called
 }
 
 func newHold(m *Mutex, e *revqueue.Entry) *Hold {
@@ -59,7 +64,7 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 func (h *Hold) Unlock(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.released {
+	if h.released.Load() {
 		return fmt.Errorf("fencing: unlock %v: %w: already released", h.token, ErrNotHeld)
 	}
 	// Work under the hold stops before the key goes, whatever the outcome.
@@ -70,10 +75,7 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fencing: unlock %v: %w", h.token, err)
 	}
-	h.released = true
-	if h.stop != nil {
-		h.stop()
-	}
+	h.released.Store(true)
 	if resp.Deleted == 0 {
 		return fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
 	}
@@ -91,15 +93,17 @@ func (h *Hold) Unlock(ctx context.Context) error {
 // the first call (which waits until the watch is established on the server)
 // and shared by later ones; a Lock pays for no watch until it is asked for.
 func (h *Hold) Context() context.Context {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.ctxMu.Lock()
+	defer h.ctxMu.Unlock()
 	if h.ctx == nil {
-		if h.released {
+		if h.released.Load() {
 			ctx, cancel := context.WithCancelCause(context.Background())
 			cancel(fmt.Errorf("%w: released by Unlock", ErrNotHeld))
 			return ctx
 		}
-		h.ctx, h.stop = ownwatch.Watch(context.Background(),
+		// The watch's goroutine ends with the context: at Unlock (Lost), at
+		// the loss, or when the session ends.
+		h.ctx, _ = ownwatch.Watch(context.Background(),
 			ownwatch.Owner{Client: h.s.cli, Key: h.key, Rev: h.token.Revision, Lease: h.s, LeaseID: h.s.id, Expired: ErrLeaseExpired})
 	}
 	return h.ctx

@@ -324,3 +324,27 @@ func TestTokensIncreaseAcrossLeaderChange(t *testing.T) {
 		t.Fatalf("token after leader change %v not greater than %v", h2.Token(), h.Token())
 	}
 }
+
+// S9: a waiter whose member loses its raft leader keeps its place: its
+// reads fail for a while (no leader), and it retries instead of failing.
+func TestWaitSurvivesLostQuorum(t *testing.T) {
+	c := etcdtest.Three(t)
+	holder := lock(t, newMutex(t, newSession(t, c.Client(t), fencing.WithTTL(30*time.Second)), "quorum"))
+	var ctr etcdtest.Counter
+	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
+	errc := waiter(t, c, newMutex(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "quorum"), etcdtest.Context(t, 2*wait))
+	watches := ctr.Requests("Watch")
+	c.Stop(1)
+	c.Stop(2)
+	// The waiter's watch is cancelled for lack of a leader, and re-armed.
+	etcdtest.WaitFor(t, wait, "the waiter to retry", func() bool { return ctr.Requests("Watch") > watches+1 })
+	c.Restart(t, 1)
+	c.Restart(t, 2)
+	c.WaitLeader(t)
+	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Lock across a lost quorum: %v", err)
+	}
+}

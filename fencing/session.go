@@ -29,8 +29,8 @@ type Session struct {
 	identity string
 	log      *slog.Logger
 
-	ctx    context.Context // ends with the session: stops background work
-	cancel context.CancelFunc
+	ctx    context.Context // ends, with the cause, when done closes
+	cancel context.CancelCauseFunc
 
 	closingCtx context.Context // ends when Close is called: stops a revoke after loss
 	closing    context.CancelFunc
@@ -74,7 +74,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 		done:       make(chan struct{}),
 	}
 	s.period = s.ttl / 3
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.closingCtx, s.closing = context.WithCancel(context.Background())
 	s.expiry = time.AfterFunc(time.Until(s.validUntil), s.checkExpiry)
 	s.wg.Go(s.keepAlive)
@@ -111,6 +111,11 @@ func (s *Session) ValidUntil() time.Time {
 // lease: lease expired or revoked, not renewed before ValidUntil, or session
 // or client closed. It is never closed for any other reason.
 func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Context returns a context that ends when Done closes, with Err as its
+// cause (context.Cause). Work derived from it stops when the session stops
+// vouching, even while it is blocked in a call to etcd.
+func (s *Session) Context() context.Context { return s.ctx }
 
 // Err returns nil while Done is open, then why it closed: an error wrapping
 // ErrLeaseExpired, ErrLeaseUnconfirmed or ErrSessionClosed. The first cause
@@ -157,7 +162,7 @@ func (s *Session) lose(cause error) {
 	}
 	s.expiry.Stop()
 	close(s.done)
-	s.cancel()
+	s.cancel(cause)
 	if errors.Is(cause, ErrLeaseUnconfirmed) {
 		// The lease may still be alive on the server (a pause, a short
 		// partition): revoke it, so the next owner need not wait for it to

@@ -91,3 +91,48 @@ func TestPausedHolderWriteIsFenced(t *testing.T) {
 		t.Fatalf("owner = %q; want the new holder's write to stand", got)
 	}
 }
+
+// S3 while the watch is being re-armed: the holder's member loses its raft
+// leader (the watch is cancelled, "no leader") and the holder's requests
+// vanish, so the new watch is never created. The context must still end,
+// with the lease's cause, when the session stops vouching.
+func TestRearmingWatchEndsWithSession(t *testing.T) {
+	c := etcdtest.Three(t)
+	link := c.NewLinkTo(t, 0)
+	cli := etcdtest.NewClient(t, link.Endpoints())
+	s := newSession(t, cli, fencing.WithTTL(3*time.Second))
+	work := watch(t, lock(t, s, "rearm"))
+	link.BlackholeRequests()
+	c.Stop(1)
+	c.Stop(2)
+	t.Cleanup(func() { link.Restore(); c.Restart(t, 1); c.Restart(t, 2) })
+	<-s.Done()
+	etcdtest.WaitFor(t, wait, "the watched context to end with the session", func() bool { return work.Err() != nil })
+	if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
+		t.Fatalf("cause = %v; want ErrLeaseUnconfirmed", cause)
+	}
+}
+
+// A hold's Context asked for during a partition returns once the session
+// stops vouching, already done; Unlock does not wait for it.
+func TestHoldContextDuringPartition(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	s := newSession(t, cli, fencing.WithTTL(2*time.Second))
+	t.Cleanup(link.Restore)
+	h := lock(t, s, "partitioned")
+	link.Blackhole()
+	got := make(chan context.Context, 1)
+	go func() { got <- h.Context() }()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	h.Unlock(ctx) // fails through the blackhole, but returns
+	select {
+	case work := <-got:
+		if work.Err() == nil {
+			t.Fatal("Context() during a partition returned a live context")
+		}
+	case <-time.After(wait):
+		t.Fatal("Context() still blocked long after ValidUntil")
+	}
+}

@@ -32,9 +32,20 @@ func (c *Cluster) ProxiedClient(t testing.TB, opts ...ClientOption) (*clientv3.C
 // it, after the cleanups registered later (such as the client's).
 func (c *Cluster) NewLink(t testing.TB) *Link {
 	t.Helper()
+	var all []int
+	for i := range c.Members {
+		all = append(all, i)
+	}
+	return c.NewLinkTo(t, all...)
+}
+
+// NewLinkTo is NewLink to the given members only: a client behind it cannot
+// fail over to the others.
+func (c *Cluster) NewLinkTo(t testing.TB, members ...int) *Link {
+	t.Helper()
 	l := &Link{}
-	for _, m := range c.Members {
-		l.proxies = append(l.proxies, newProxy(t, m.ClientURL))
+	for _, i := range members {
+		l.proxies = append(l.proxies, newProxy(t, c.Members[i].ClientURL))
 	}
 	t.Cleanup(l.close)
 	return l
@@ -92,7 +103,15 @@ func (l *Link) Blackhole() {
 	}
 }
 
-// Restore ends Blackhole and Delay.
+// BlackholeRequests drops what the client sends and lets replies through:
+// requests vanish, the connection looks alive.
+func (l *Link) BlackholeRequests() {
+	for _, p := range l.proxies {
+		p.BlackholeTx()
+	}
+}
+
+// Restore ends Blackhole, BlackholeRequests and Delay.
 func (l *Link) Restore() {
 	for _, p := range l.proxies {
 		p.UnblackholeTx()

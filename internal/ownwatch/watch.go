@@ -19,10 +19,10 @@ import (
 // ErrOwnerKeyGone.
 var ErrKeyGone = errors.New("guard: owner key deleted or replaced")
 
-// Lease is what a watch needs of a session: when it ends, and why.
+// Lease is what a watch needs of a session: a context that ends, with the
+// cause, when the session stops vouching for its lease.
 type Lease interface {
-	Done() <-chan struct{}
-	Err() error
+	Context() context.Context
 }
 
 // Owner names the key to watch and the create revision that proves
@@ -53,12 +53,18 @@ const leaseCheckTimeout = 100 * time.Millisecond
 // with context.Canceled and returns after its goroutine has exited.
 func Watch(parent context.Context, o Owner) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
+	// The session's end cancels the watch at once, even while it is blocked
+	// in etcd (clientv3's Watch call blocks until the server creates the
+	// watch): the context ends at ValidUntil whatever the network does.
+	lease := o.Lease.Context()
+	stopLease := context.AfterFunc(lease, func() { cancel(context.Cause(lease)) })
 	w := &watcher{o: o, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	unregister := register(o.Key, cancel)
 	wch := w.arm()
 	go func() {
 		defer close(w.done)
 		defer unregister()
+		defer stopLease()
 		w.run(wch)
 	}()
 	return ctx, func() {
@@ -81,9 +87,6 @@ type watcher struct {
 // It returns nil once ownership is lost or ctx is done.
 func (w *watcher) arm() clientv3.WatchChan {
 	for w.ctx.Err() == nil {
-		if w.leaseEnded() {
-			return nil
-		}
 		w.wctx, w.wstop = context.WithCancel(clientv3.WithRequireLeader(w.ctx))
 		// From now, not from the token's revision: a watch that starts in the
 		// past is served by etcd's unsynced loop, up to 100 ms late.
@@ -100,16 +103,12 @@ func (w *watcher) arm() clientv3.WatchChan {
 // created waits for the created notice of wch and checks the key is still
 // ours at a revision no older than the watch's start.
 func (w *watcher) created(wch clientv3.WatchChan) bool {
-	select {
-	case resp, ok := <-wch:
-		if !ok || !resp.Created || resp.Err() != nil {
-			return false
-		}
-		if resp.Header.Revision == w.o.Rev {
-			return true // nothing happened since the key was created
-		}
-	case <-w.o.Lease.Done():
+	resp, ok := <-wch // wch closes if ctx ends
+	if !ok || !resp.Created || resp.Err() != nil {
 		return false
+	}
+	if resp.Header.Revision == w.o.Rev {
+		return true // nothing happened since the key was created
 	}
 	g, err := w.o.Client.Get(w.ctx, w.o.Key, clientv3.WithKeysOnly())
 	if err != nil {
@@ -131,9 +130,6 @@ func (w *watcher) run(wch clientv3.WatchChan) {
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-w.o.Lease.Done():
-			w.cancel(w.o.Lease.Err())
-			return
 		case resp, ok := <-wch:
 			if !ok || resp.Canceled || resp.Err() != nil {
 				// Compacted or broken: re-arm from a fresh read, never
@@ -153,7 +149,9 @@ func (w *watcher) run(wch clientv3.WatchChan) {
 }
 
 // goneCause tells a key deleted alone from one deleted with its lease: the
-// session would learn of a revoked lease only at its next renewal.
+// session would learn of a revoked lease only at its next renewal. The read
+// costs one round trip (at most leaseCheckTimeout) before the cancel; it
+// never delays the cancel at ValidUntil, which the session does on its own.
 func (w *watcher) goneCause(ev *clientv3.Event) error {
 	gone := fmt.Errorf("%w: %q %v at revision %d", ErrKeyGone, w.o.Key, ev.Type, ev.Kv.ModRevision)
 	if ev.Type != clientv3.EventTypeDelete || w.o.Expired == nil {
@@ -168,24 +166,12 @@ func (w *watcher) goneCause(ev *clientv3.Event) error {
 	return fmt.Errorf("%w: lease %x: %w", w.o.Expired, int64(w.o.LeaseID), gone)
 }
 
-// leaseEnded cancels the context if the lease ended, and reports whether it did.
-func (w *watcher) leaseEnded() bool {
-	select {
-	case <-w.o.Lease.Done():
-		w.cancel(w.o.Lease.Err())
-		return true
-	default:
-		return false
-	}
-}
-
 func (w *watcher) pause() {
 	t := time.NewTimer(retryDelay)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-w.ctx.Done():
-	case <-w.o.Lease.Done():
 	}
 }
 

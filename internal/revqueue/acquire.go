@@ -22,8 +22,8 @@ type Session interface {
 	Client() *clientv3.Client
 	Lease() clientv3.LeaseID
 	TTL() time.Duration
-	Done() <-chan struct{}
-	Err() error
+	// Context ends when the session stops vouching for its lease.
+	Context() context.Context
 }
 
 // Prefix is the key range of one name of one kind ("lock", "election"):
@@ -53,10 +53,10 @@ func (q Queue) Acquire(ctx context.Context, s Session, value string) (*Entry, er
 	}
 	key := newKey(q.Prefix, s.Lease())
 	e, err := q.Enqueue(ctx, key, value, s.Lease())
-	if err == nil {
-		err = q.Wait(ctx, e, s.Done())
+	if err != nil {
+		return nil, q.settle(ctx, s, key, err, true)
 	}
-	return e, q.settle(ctx, s, key, err)
+	return e, q.settle(ctx, s, key, q.Wait(ctx, e, s.Context()), false)
 }
 
 // TryAcquire is Acquire that queues only if the queue is empty, in one
@@ -70,30 +70,32 @@ func (q Queue) TryAcquire(ctx context.Context, s Session, value string) (*Entry,
 	if err == nil && owner != nil {
 		return nil, owner, nil
 	}
-	return e, nil, q.settle(ctx, s, key, err)
+	return e, nil, q.settle(ctx, s, key, err, err != nil)
 }
 
 func usable(ctx context.Context, s Session) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if s.Err() != nil {
+	if s.Context().Err() != nil {
 		return ErrLost
 	}
 	return nil
 }
 
-// settle classifies the outcome of an acquire and removes the key on failure.
-func (q Queue) settle(ctx context.Context, s Session, key string, err error) error {
-	if err == nil && s.Err() != nil {
+// settle classifies the outcome of an acquire and removes the key on
+// failure. sent says the enqueue itself failed: its reply may have been lost
+// after the key was written.
+func (q Queue) settle(ctx context.Context, s Session, key string, err error, sent bool) error {
+	if err == nil && s.Context().Err() != nil {
 		err = ErrLost // the session ended as the wait did
 	}
 	if err == nil {
 		return nil
 	}
-	removeKey(ctx, s, key)
+	removeKey(ctx, s, key, sent)
 	switch {
-	case s.Err() != nil:
+	case s.Context().Err() != nil:
 		return ErrLost
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return ErrLeaseGone
@@ -113,33 +115,40 @@ func leaseGone(s Session) bool {
 }
 
 // removeKey deletes the key of a failed or cancelled acquire (even if ctx is
-// done), which may exist even when the enqueue reported an error (a lost
-// reply). It tries at once; if that fails it keeps trying in the background
-// until it succeeds, the session ends, or one TTL has passed: by then the
-// session cannot have renewed its lease over a network this broken, and the
-// lease takes the key with it.
-func removeKey(ctx context.Context, s Session, key string) {
-	ctx = context.WithoutCancel(ctx)
+// done). It tries at once; if that fails, it keeps trying in the background
+// for as long as the session lives (once the session ends, the lease takes
+// the key). An enqueue whose reply was lost (unsure) may even be applied
+// after a delete, so its key is deleted once more a TTL later.
+func removeKey(ctx context.Context, s Session, key string, unsure bool) {
 	period := s.TTL() / 3
-	deadline := time.Now().Add(s.TTL())
-	if tryRemove(ctx, s, key, period) {
+	removed := tryRemove(context.WithoutCancel(ctx), key, s, period)
+	if removed && !unsure {
 		return
 	}
+	lives := s.Context()
 	go func() {
-		for time.Now().Before(deadline) {
-			select {
-			case <-s.Done():
+		delay, again := period/4, unsure
+		if removed {
+			delay, again = s.TTL(), false
+		}
+		for {
+			pause(lives, delay)
+			if lives.Err() != nil {
 				return
-			case <-time.After(period / 4):
 			}
-			if tryRemove(ctx, s, key, period) {
+			if !tryRemove(lives, key, s, period) {
+				delay = period / 4
+				continue
+			}
+			if !again {
 				return
 			}
+			delay, again = s.TTL(), false
 		}
 	}()
 }
 
-func tryRemove(ctx context.Context, s Session, key string, timeout time.Duration) bool {
+func tryRemove(ctx context.Context, key string, s Session, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	_, err := s.Client().Delete(ctx, key)

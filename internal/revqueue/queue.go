@@ -12,16 +12,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ErrKeyGone is returned by Wait when the waiter's own key was deleted (by an
 // operator, or with its lease) before it reached the head of the queue.
 var ErrKeyGone = errors.New("revqueue: own key deleted while waiting")
 
-// ErrLost is returned by Wait when the lost channel closed.
+// ErrLost is returned by Wait when its lost context ended.
 var ErrLost = errors.New("revqueue: session lost while waiting")
 
 // Queue is the waiting line of one name: every key under Prefix. Prefix must
@@ -93,64 +97,103 @@ func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3
 
 // Wait blocks until e owns the queue, and returns nil only after a read that
 // found e's key alive (so its lease too) and no older key in the queue.
-// It returns ErrKeyGone if e's key disappeared, ErrLost once lost is closed,
-// or ctx's error. A broken or compacted watch is resumed from a fresh read.
-func (q Queue) Wait(ctx context.Context, e *Entry, lost <-chan struct{}) error {
+// It returns ErrKeyGone if e's key disappeared, ErrLost once lost (the
+// session's context) ends, even while blocked in etcd, or ctx's error. A
+// broken or compacted watch is resumed from a fresh read; a read that fails
+// for a passing reason (no etcd leader, a timeout, a lost connection) is
+// tried again: the place in the queue is still ours.
+func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(lost, cancel)()
+	retry := retryMin
 	for !e.Owner() {
-		sure, err := q.waitDeleted(ctx, e.pred, e.readRev, lost)
-		if err != nil {
+		sure, err := q.waitDeleted(wctx, e.pred, e.readRev)
+		if err == nil {
+			err = q.confirm(wctx, e, !sure)
+		}
+		switch {
+		case err == nil:
+			retry = retryMin
+			continue
+		case lost.Err() != nil:
+			return ErrLost
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !transient(err):
 			return err
 		}
-		if err := q.confirm(ctx, e, !sure); err != nil {
-			return err
-		}
+		pause(wctx, retry)
+		retry = min(2*retry, retryMax)
 	}
 	return nil
+}
+
+const (
+	retryMin = 50 * time.Millisecond
+	retryMax = time.Second
+)
+
+// transient reports whether err is etcd being briefly unable to answer, as
+// opposed to an answer (a denied permission, a missing key).
+func transient(err error) bool {
+	for _, t := range []error{rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
+		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrLeaderChanged, rpctypes.ErrTooManyRequests,
+		rpctypes.ErrTimeoutWaitAppliedIndex} {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // waitDeleted returns once key is gone (sure) or once a watch failure leaves
 // the question open (not sure). readRev is the revision at which key was
 // last seen to exist.
-func (q Queue) waitDeleted(ctx context.Context, key string, readRev int64, lost <-chan struct{}) (sure bool, err error) {
+func (q Queue) waitDeleted(ctx context.Context, key string, readRev int64) (sure bool, err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	// Watch from now, not from readRev+1: a watch that starts in the past is
 	// served by etcd's unsynced loop, every 100 ms. The gap between readRev and
 	// the watch's start is covered by one read below.
 	wch := q.Client.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	for {
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-lost:
-			return false, ErrLost
-		case resp, ok := <-wch:
-			if !ok || resp.Canceled || resp.Err() != nil {
-				if ctx.Err() != nil {
-					return false, ctx.Err()
-				}
-				return false, nil
-			}
-			if resp.Created {
-				if resp.Header.Revision <= readRev {
-					continue
-				}
-				// Keys are never reused: if key exists now, it was not
-				// deleted in the gap, and the watch sees any later delete.
-				g, err := q.Client.Get(ctx, key, clientv3.WithCountOnly())
-				if err != nil {
-					return false, err
-				}
-				if g.Count == 0 {
-					return true, nil
-				}
+	for resp := range wch {
+		if resp.Canceled || resp.Err() != nil {
+			break
+		}
+		if resp.Created {
+			if resp.Header.Revision <= readRev {
 				continue
 			}
-			if len(resp.Events) > 0 { // puts are filtered out: a delete
+			// Keys are never reused: if key exists now, it was not
+			// deleted in the gap, and the watch sees any later delete.
+			g, err := q.Client.Get(ctx, key, clientv3.WithCountOnly())
+			if err != nil {
+				return false, err
+			}
+			if g.Count == 0 {
 				return true, nil
 			}
+			continue
+		}
+		if len(resp.Events) > 0 { // puts are filtered out: a delete
+			return true, nil
 		}
 	}
+	return false, ctx.Err()
 }
 
 // confirm checks, in one txn, that e's key still exists, and finds its new

@@ -38,7 +38,7 @@ func TestWaitFollowsPredecessors(t *testing.T) {
 		t.Fatalf("TryEnqueue on a busy queue: owner %v, err %v; want q/a", owner, err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- q.Wait(ctx, entries[2], nil) }()
+	go func() { done <- q.Wait(ctx, entries[2], context.Background()) }()
 	etcdtest.WaitFor(t, 10*time.Second, "the watch on b", func() bool { return ctr.Requests("Watch") >= 1 })
 	// The middle waiter gives up: the last one must re-read and watch the
 	// first key, not acquire while it still owns.
@@ -75,12 +75,12 @@ func TestWaitReportsDeletedOwnKey(t *testing.T) {
 	}
 	c.Delete(t, "q/b")
 	c.Delete(t, "q/a")
-	if err := q.Wait(ctx, e, nil); !errors.Is(err, revqueue.ErrKeyGone) {
+	if err := q.Wait(ctx, e, context.Background()); !errors.Is(err, revqueue.ErrKeyGone) {
 		t.Fatalf("Wait with own key deleted = %v; want ErrKeyGone", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := q.Wait(cctx, &revqueue.Entry{}, nil); err != nil {
+	if err := q.Wait(cctx, &revqueue.Entry{}, context.Background()); err != nil {
 		t.Fatalf("Wait of an owner = %v; want nil at once", err)
 	}
 }

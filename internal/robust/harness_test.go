@@ -23,6 +23,8 @@ type harness struct {
 	rng    *rand.Rand
 	faults map[string]int
 
+	readers sync.WaitGroup // forward subprocess output to events
+
 	mu     sync.Mutex
 	links  map[string]*etcdtest.Link // guarded by mu: every worker's link, by worker
 	procs  map[string]*etcdtest.Proc // guarded by mu: running subprocess workers, by worker
@@ -49,13 +51,13 @@ func (h *harness) subprocess(name string) {
 	h.links[name] = link
 	h.procs[name] = p
 	h.mu.Unlock()
-	go func() {
+	h.readers.Go(func() {
 		for line := range p.Lines() {
 			if e, ok := parseEvent(line); ok {
 				h.events <- e
 			}
 		}
-	}()
+	})
 }
 
 // faultLoop injects a random fault every 0.3–1 s until done says so, then
@@ -251,4 +253,5 @@ func (h *harness) stopAll() {
 	for _, p := range procs {
 		<-p.Exited()
 	}
+	h.readers.Wait()
 }
