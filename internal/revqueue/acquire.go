@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 )
 
 // ErrLeaseGone is returned by Acquire when the server no longer has the
@@ -93,7 +94,9 @@ func (q Queue) settle(ctx context.Context, s Session, key string, err error, sen
 	if err == nil {
 		return nil
 	}
-	removeKey(ctx, s, key, sent)
+	if !(sent && rejected(err)) {
+		removeKey(ctx, s, key, sent)
+	}
 	switch {
 	case s.Context().Err() != nil:
 		return ErrLost
@@ -103,6 +106,16 @@ func (q Queue) settle(ctx context.Context, s Session, key string, err error, sen
 		return ErrLeaseGone
 	}
 	return err
+}
+
+// rejected reports whether etcd refused a request outright (no permission,
+// no such lease): then it wrote nothing, and there is no key to remove.
+func rejected(err error) bool {
+	switch code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition:
+		return true
+	}
+	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrLeaseNotFound)
 }
 
 // leaseGone tells whether the server lost s's lease, which the session itself

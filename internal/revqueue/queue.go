@@ -144,11 +144,21 @@ func transient(err error) bool {
 			return true
 		}
 	}
-	switch status.Code(err) {
+	switch code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
 		return true
 	}
 	return false
+}
+
+// code is the gRPC code of err: clientv3 turns etcd's statuses into
+// rpctypes.EtcdError values, which carry it.
+func code(err error) codes.Code {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code()
+	}
+	return status.Code(err)
 }
 
 func pause(ctx context.Context, d time.Duration) {
