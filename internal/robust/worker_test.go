@@ -35,7 +35,11 @@ type event struct {
 }
 
 func (e event) String() string {
-	return fmt.Sprintf("ev %s %s %d %d %d %s", e.worker, e.kind, e.token, e.value, e.rev, e.outcome)
+	outcome := e.outcome
+	if outcome == "" {
+		outcome = "-" // keep the line's seven fields
+	}
+	return fmt.Sprintf("ev %s %s %d %d %d %s", e.worker, e.kind, e.token, e.value, e.rev, outcome)
 }
 
 func parseEvent(line string) (event, bool) {
@@ -44,7 +48,7 @@ func parseEvent(line string) (event, bool) {
 		return event{}, false
 	}
 	var e event
-	e.worker, e.kind, e.outcome = f[1], f[2], f[6]
+	e.worker, e.kind, e.outcome = f[1], f[2], strings.TrimPrefix(f[6], "-")
 	e.token, _ = strconv.ParseInt(f[3], 10, 64)
 	e.value, _ = strconv.ParseInt(f[4], 10, 64)
 	e.rev, _ = strconv.ParseInt(f[5], 10, 64)
