@@ -196,7 +196,7 @@ func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 	c := etcdtest.Three(t)
 	leader := campaign(t, newElection(t, newSession(t, c.Client(t)), "compact"), "first")
 	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
-	e := newElection(t, newSession(t, cli), "compact")
+	e := newElection(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact")
 	obs := e.Observe(t.Context())
 	if o := next(t, obs); o.Leader == nil || o.Leader.Value != "first" {
 		t.Fatalf("observation = %+v; want first", o)

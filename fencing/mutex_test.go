@@ -286,12 +286,13 @@ func TestLockFailsWhenKeyDeletedWhileWaiting(t *testing.T) {
 // S9: a waiter cut off while its predecessor leaves and history is compacted
 // resumes from a fresh read and acquires. Its client talks to one member
 // only; stopping that member breaks the connection for real, and the watch
-// resumes, on restart, from a revision compacted away meanwhile.
+// resumes, on restart, from a revision compacted away meanwhile. Its TTL
+// outlasts the member's downtime and gRPC's reconnect backoff.
 func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
 	c := etcdtest.Three(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "compact"))
 	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
-	errc := waiter(t, c, newMutex(t, newSession(t, cli), "compact"), etcdtest.Context(t, wait))
+	errc := waiter(t, c, newMutex(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact"), etcdtest.Context(t, wait))
 	c.Stop(0)
 	c.WaitLeader(t)
 	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {

@@ -158,7 +158,7 @@ func TestCompactionAndReconnectKeepValidHold(t *testing.T) {
 	c := etcdtest.Three(t)
 	var ctr etcdtest.Counter
 	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
-	h := lock(t, newSession(t, cli), "compact")
+	h := lock(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact")
 	ctx := watch(t, h)
 	c.Stop(0)
 	c.WaitLeader(t)
