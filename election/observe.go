@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,9 +22,9 @@ type Observation struct {
 // each change: a new leader, nobody leading, or the leader's value changed
 // by Proclaim. A state is sent only once it was read from etcd, so a leader
 // whose key is gone is never reported as leading. When a read or the watch
-// fails, or its watch cannot be established, or etcd answers none of its
-// progress requests for 5 s (a partition, a lost etcd leader), Observe sends
-// an Observation with Err and tries again with backoff. A watch that is compacted or broken is resumed from a fresh read
+// fails, or its watch cannot be established or is ended by etcd (a lost etcd
+// leader), or a check read after 5 s of silence fails (a partition), Observe
+// sends an Observation with Err and tries again with backoff. A watch that is compacted or broken is resumed from a fresh read
 // without an error. The channel closes promptly once ctx is done, and at no other
 // time.
 func (e *Election) Observe(ctx context.Context) <-chan Observation {
@@ -36,8 +37,11 @@ const (
 	// observeArmTimeout bounds the wait for a watch to be established: past
 	// it, Observe reports that it cannot tell who leads.
 	observeArmTimeout = 5 * time.Second
-	observeRetryMin   = 50 * time.Millisecond
-	observeRetryMax   = 2 * time.Second
+	// observeQuiet is how long a watch may stay silent before Observe checks
+	// with a read that etcd still answers.
+	observeQuiet    = 5 * time.Second
+	observeRetryMin = 50 * time.Millisecond
+	observeRetryMax = 2 * time.Second
 )
 
 type observer struct {
@@ -93,27 +97,32 @@ func (o *observer) follow() error {
 	if !o.report(cur) {
 		return nil
 	}
-	// A partitioned watch is silent, not broken: ask etcd for a progress
-	// notice now and then, and report when none comes back.
-	heard := time.Now()
-	probe := time.NewTicker(observeArmTimeout / 4)
-	defer probe.Stop()
+	// A partitioned watch is silent, not broken. After observeQuiet without
+	// a word on it, read the leader again (bounded): a read that fails is
+	// reported, one that works is the current state. A read, not a progress
+	// request: etcd answers those only when every watch on the stream is
+	// synced, and would leave an idle Observe crying wolf.
+	quiet := time.NewTimer(observeQuiet)
+	defer quiet.Stop()
 	for {
 		var resp clientv3.WatchResponse
 		var ok bool
 		select {
 		case resp, ok = <-wch:
-		case <-probe.C:
-			if time.Since(heard) > observeArmTimeout {
-				return fmt.Errorf("election %q: no word from etcd for %v", o.e.name, observeArmTimeout)
+		case <-quiet.C:
+			if cur, rev, err = o.read(); err != nil {
+				return err
 			}
-			o.e.s.Client().RequestProgress(wctx)
+			if !o.report(cur) {
+				return nil
+			}
+			quiet.Reset(observeQuiet)
 			continue
 		}
+		quiet.Reset(observeQuiet)
 		if !ok {
 			return watchErr(resp, false)
 		}
-		heard = time.Now()
 		if resp.Err() != nil || resp.Canceled {
 			return watchErr(resp, true)
 		}
@@ -150,11 +159,18 @@ func (o *observer) read() (*Leader, int64, error) {
 	return o.e.leader(ctx)
 }
 
+// watchErr tells a watch that ended for no reason the caller needs to know
+// (compacted, closed with its connection) from one that ended because etcd
+// cannot answer (no leader, no permission): only the latter is reported.
 func watchErr(resp clientv3.WatchResponse, ok bool) error {
-	if ok && resp.Err() != nil {
-		return fmt.Errorf("%w: %w", errWatchBroken, resp.Err())
+	if !ok {
+		return errWatchBroken
 	}
-	return errWatchBroken
+	err := resp.Err()
+	if err == nil || errors.Is(err, rpctypes.ErrCompacted) {
+		return fmt.Errorf("%w: %v", errWatchBroken, err)
+	}
+	return fmt.Errorf("election: watch: %w", err)
 }
 
 // report sends cur if it differs from what was sent last. It returns false

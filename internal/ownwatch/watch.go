@@ -60,6 +60,9 @@ func Watch(parent context.Context, o Owner) (context.Context, context.CancelFunc
 	stopLease := context.AfterFunc(lease, func() { cancel(context.Cause(lease)) })
 	w := &watcher{o: o, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	unregister := register(o.Key, cancel)
+	if lease.Err() != nil {
+		cancel(context.Cause(lease)) // now, not when the AfterFunc runs
+	}
 	wch := w.arm()
 	go func() {
 		defer close(w.done)

@@ -113,16 +113,18 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 			err = q.confirm(wctx, e, !sure)
 		}
 		switch {
-		case err == nil:
-			retry = retryMin
-			continue
 		case lost.Err() != nil:
 			return ErrLost
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case !transient(err):
+		case err != nil && !transient(err):
 			return err
+		case err == nil && sure:
+			retry = retryMin
+			continue
 		}
+		// A passing failure, or a watch that broke at once (its member may
+		// have no leader while reads go elsewhere): back off before the next.
 		pause(wctx, retry)
 		retry = min(2*retry, retryMax)
 	}
