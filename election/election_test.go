@@ -195,7 +195,8 @@ func TestObserveClosesWhenCtxDone(t *testing.T) {
 func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 	c := etcdtest.Three(t)
 	leader := campaign(t, newElection(t, newSession(t, c.Client(t)), "compact"), "first")
-	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
+	var ctr etcdtest.Counter
+	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
 	e := newElection(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact")
 	obs := e.Observe(t.Context())
 	if o := next(t, obs); o.Leader == nil || o.Leader.Value != "first" {
@@ -209,7 +210,10 @@ func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 		}
 		won <- term
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "compact"))) == 2 })
+	// Stop the member only once the candidate waits (Observe's watch and
+	// the candidate's): a stop that loses the enqueue's reply fails the
+	// Campaign instead, as it should.
+	etcdtest.WaitFor(t, wait, "the candidate to wait", func() bool { return ctr.Requests("Watch") >= 2 })
 	c.Stop(0)
 	c.WaitLeader(t)
 	if err := leader.Resign(etcdtest.Context(t, wait)); err != nil {

@@ -291,8 +291,12 @@ func TestLockFailsWhenKeyDeletedWhileWaiting(t *testing.T) {
 func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
 	c := etcdtest.Three(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "compact"))
-	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
+	var ctr etcdtest.Counter
+	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
 	errc := waiter(t, c, newMutex(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact"), etcdtest.Context(t, wait))
+	// Stop the member only once the waiter watches: a stop that loses the
+	// enqueue's reply fails the Lock instead, as it should.
+	etcdtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
 	c.Stop(0)
 	c.WaitLeader(t)
 	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
