@@ -3,7 +3,6 @@ package election_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -214,18 +213,11 @@ func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 	// the candidate's): a stop that loses the enqueue's reply fails the
 	// Campaign instead, as it should.
 	etcdtest.WaitFor(t, wait, "the candidate to wait", func() bool { return ctr.Requests("Watch") >= 2 })
-	c.Stop(0)
-	c.WaitLeader(t)
-	if err := leader.Resign(etcdtest.Context(t, wait)); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
-		if _, err := c.Admin.Put(etcdtest.Context(t, wait), "filler", fmt.Sprint(i)); err != nil {
+	c.CompactWhileDown(t, 0, func() {
+		if err := leader.Resign(etcdtest.Context(t, wait)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	c.Compact(t)
-	c.Restart(t, 0)
+	})
 	if term := <-won; term == nil || term.Token().Compare(leader.Token()) <= 0 {
 		t.Fatalf("Campaign across compaction: term %v", term)
 	}

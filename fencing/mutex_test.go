@@ -297,18 +297,11 @@ func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
 	// Stop the member only once the waiter watches: a stop that loses the
 	// enqueue's reply fails the Lock instead, as it should.
 	etcdtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
-	c.Stop(0)
-	c.WaitLeader(t)
-	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
-		if _, err := c.Admin.Put(etcdtest.Context(t, wait), "filler", fmt.Sprint(i)); err != nil {
+	c.CompactWhileDown(t, 0, func() {
+		if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	c.Compact(t)
-	c.Restart(t, 0)
+	})
 	if err := <-errc; err != nil {
 		t.Fatalf("Lock across compaction and reconnect: %v", err)
 	}

@@ -160,16 +160,8 @@ func TestCompactionAndReconnectKeepValidHold(t *testing.T) {
 	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
 	h := lock(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact")
 	ctx := watch(t, h)
-	c.Stop(0)
-	c.WaitLeader(t)
-	for i := range 10 {
-		if _, err := c.Admin.Put(etcdtest.Context(t, wait), "filler", fmt.Sprint(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.Compact(t)
 	watches := ctr.Requests("Watch")
-	c.Restart(t, 0)
+	c.CompactWhileDown(t, 0, func() {})
 	etcdtest.WaitFor(t, wait, "the watch to be re-armed", func() bool { return ctr.Requests("Watch") > watches+1 })
 	if err := context.Cause(ctx); err != nil {
 		t.Fatalf("valid hold's context ended: %v", err)

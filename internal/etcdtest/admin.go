@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -148,4 +149,22 @@ func (c *Cluster) AddUser(t testing.TB, user string, prefixes ...string) {
 	if _, err := c.Admin.UserGrantRole(ctx, user, user); err != nil {
 		t.Fatalf("etcdtest: grant role %s: %v", user, err)
 	}
+}
+
+// CompactWhileDown stops member i, runs meanwhile (a release, say) on the
+// others, writes a few keys and compacts past them, then restarts i: its
+// clients reconnect and must resume their watches from a revision that is
+// gone.
+func (c *Cluster) CompactWhileDown(t testing.TB, i int, meanwhile func()) {
+	t.Helper()
+	c.Stop(i)
+	c.WaitLeader(t)
+	meanwhile()
+	for n := range 10 {
+		if _, err := c.Admin.Put(Context(t, adminTimeout), "etcdtest/filler", strconv.Itoa(n)); err != nil {
+			t.Fatalf("etcdtest: filler: %v", err)
+		}
+	}
+	c.Compact(t)
+	c.Restart(t, i)
 }
