@@ -9,6 +9,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// errBadResponse reports a txn response without the results its request
+// asked for: etcd never sends one, a broken connection could. Whether the
+// txn committed is unknown, as after a lost reply.
+var errBadResponse = errors.New("guard: malformed txn response")
+
 // ErrNotOwner is returned by GuardedTxn.Commit when the owner no longer
 // owned its key at commit time. Nothing in the txn was applied.
 var ErrNotOwner = errors.New("guard: not owner")
@@ -76,6 +81,9 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 	if !nested {
 		return resp, nil
 	}
+	if len(resp.Responses) != 1 || resp.Responses[0].GetResponseTxn() == nil {
+		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), errBadResponse)
+	}
 	inner := resp.Responses[0].GetResponseTxn()
 	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: inner.Succeeded, Responses: inner.Responses}, nil
 }
@@ -87,6 +95,9 @@ func Put(ctx context.Context, o Owner, key, val string, opts ...clientv3.OpOptio
 	if err != nil {
 		return nil, err
 	}
+	if len(resp.Responses) != 1 {
+		return nil, fmt.Errorf("guard: put %q: %w", key, errBadResponse)
+	}
 	return (*clientv3.PutResponse)(resp.Responses[0].GetResponsePut()), nil
 }
 
@@ -96,6 +107,9 @@ func Delete(ctx context.Context, o Owner, key string, opts ...clientv3.OpOption)
 	resp, err := Txn(ctx, o).Then(clientv3.OpDelete(key, opts...)).Commit()
 	if err != nil {
 		return nil, err
+	}
+	if len(resp.Responses) != 1 {
+		return nil, fmt.Errorf("guard: delete %q: %w", key, errBadResponse)
 	}
 	return (*clientv3.DeleteResponse)(resp.Responses[0].GetResponseDeleteRange()), nil
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,6 +76,19 @@ func New(t testing.TB, n int) *Cluster {
 // Start is New for callers without a testing.TB (examples, benchmarks'
 // shared servers): the caller must Close the cluster.
 func Start(n int) (*Cluster, error) {
+	// Free ports are found by listening and closing: another test binary
+	// can take one before etcd binds it. Try again on fresh ports.
+	var err error
+	for range 5 {
+		var c *Cluster
+		if c, err = start(n); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+	}
+	return nil, err
+}
+
+func start(n int) (*Cluster, error) {
 	c := &Cluster{}
 	var initial string
 	for i := range n {

@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -62,20 +63,17 @@ func (l *Link) Endpoints() []string {
 
 func newProxy(t testing.TB, to url.URL) proxy.Server {
 	t.Helper()
-	host, err := freeAddr()
+	var p proxy.Server
+	var err error
+	// A free port can be taken by another test binary before the proxy
+	// binds it: try again on another.
+	for range 5 {
+		if p, err = listenProxy(to); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("etcdtest: proxy: %v", err)
-	}
-	from := url.URL{Scheme: "tcp", Host: host}
-	p := proxy.NewServer(proxy.ServerConfig{
-		Logger: zap.NewNop(),
-		From:   from,
-		To:     url.URL{Scheme: "tcp", Host: to.Host},
-	})
-	select {
-	case <-p.Ready():
-	case err := <-p.Error():
-		t.Fatalf("etcdtest: proxy %s: %v", from.Host, err)
 	}
 	// The proxy reports connection errors on a small buffered channel and
 	// stalls its copy loops when nobody reads it: drain it until it closes.
@@ -91,31 +89,52 @@ func newProxy(t testing.TB, to url.URL) proxy.Server {
 	return p
 }
 
-// Blackhole drops every byte in both directions while keeping the TCP
+func listenProxy(to url.URL) (proxy.Server, error) {
+	host, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p := proxy.NewServer(proxy.ServerConfig{
+		Logger: zap.NewNop(),
+		From:   url.URL{Scheme: "tcp", Host: host},
+		To:     url.URL{Scheme: "tcp", Host: to.Host},
+	})
+	select {
+	case <-p.Ready():
+		return p, nil
+	case err := <-p.Error():
+		return nil, fmt.Errorf("listen on %s: %w", host, err)
+	}
+}
+
+// Blackhole stops every byte in both directions while keeping the TCP
 // connections open: the client sees silence, as in a real partition, not a
-// reset it could react to at once. gRPC's keepalive notices only after 10 s
+// reset it could react to at once. The bytes are held, not dropped: like
+// TCP after a partition heals, Restore delivers them late but intact (a
+// proxy that drops bytes mid-stream corrupts the HTTP/2 framing, which no
+// real network does). gRPC's keepalive notices a dead link only after 10 s
 // or more; a test that needs the client to reconnect sooner restarts the
 // member, which ends every connection to it.
 func (l *Link) Blackhole() {
 	for _, p := range l.proxies {
-		p.BlackholeTx()
-		p.BlackholeRx()
+		p.PauseTx()
+		p.PauseRx()
 	}
 }
 
-// BlackholeRequests drops what the client sends and lets replies through:
+// BlackholeRequests holds what the client sends and lets replies through:
 // requests vanish, the connection looks alive.
 func (l *Link) BlackholeRequests() {
 	for _, p := range l.proxies {
-		p.BlackholeTx()
+		p.PauseTx()
 	}
 }
 
 // Restore ends Blackhole, BlackholeRequests and Delay.
 func (l *Link) Restore() {
 	for _, p := range l.proxies {
-		p.UnblackholeTx()
-		p.UnblackholeRx()
+		p.UnpauseTx()
+		p.UnpauseRx()
 		p.UndelayTx()
 		p.UndelayRx()
 	}

@@ -62,6 +62,9 @@ func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.Le
 	if err != nil {
 		return nil, err
 	}
+	if err := shape(resp, 2); err != nil {
+		return nil, err
+	}
 	rr := resp.Responses[1].GetResponseRange()
 	if len(rr.Kvs) == 0 || string(rr.Kvs[0].Key) != key {
 		return nil, fmt.Errorf("revqueue: enqueue %q: own key not newest in queue", key)
@@ -85,8 +88,14 @@ func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := shape(resp, 1); err != nil {
+		return nil, nil, err
+	}
 	if !resp.Succeeded {
 		return nil, first(resp.Responses[0].GetResponseRange().Kvs), nil
+	}
+	if err := shape(resp, 2); err != nil {
+		return nil, nil, err
 	}
 	kv := first(resp.Responses[1].GetResponseRange().Kvs)
 	if kv == nil {
@@ -139,7 +148,7 @@ const (
 // transient reports whether err is etcd being briefly unable to answer, as
 // opposed to an answer (a denied permission, a missing key).
 func transient(err error) bool {
-	for _, t := range []error{rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
+	for _, t := range []error{errBadResponse, rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
 		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrLeaderChanged, rpctypes.ErrTooManyRequests,
 		rpctypes.ErrTimeoutWaitAppliedIndex} {
 		if errors.Is(err, t) {
@@ -236,6 +245,9 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 	if !resp.Succeeded {
 		return ErrKeyGone
 	}
+	if err := shape(resp, 2); err != nil {
+		return err
+	}
 	e.readRev = resp.Header.Revision
 	e.pred, e.predOwner = "", false
 	if pred := first(resp.Responses[0].GetResponseRange().Kvs); pred != nil {
@@ -247,6 +259,18 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 func (e *Entry) setPred(pred, owner *mvccpb.KeyValue) {
 	e.pred = string(pred.Key)
 	e.predOwner = owner != nil && string(owner.Key) == e.pred
+}
+
+// errBadResponse reports a txn response without the results its request
+// asked for. etcd never sends one; a broken connection could. The outcome is
+// unknown, like a lost reply.
+var errBadResponse = errors.New("revqueue: malformed txn response")
+
+func shape(resp *clientv3.TxnResponse, n int) error {
+	if resp.Header == nil || len(resp.Responses) < n {
+		return fmt.Errorf("%w: %d results, want %d", errBadResponse, len(resp.Responses), n)
+	}
+	return nil
 }
 
 func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
