@@ -41,18 +41,8 @@ func TestBlackholedHolderStopsBeforeServerDeletes(t *testing.T) {
 // stoppedBefore checks that work ended, for an unconfirmed lease, before the
 // deletion of h's key was seen.
 func stoppedBefore(h *fencing.Hold, work context.Context, deletion <-chan time.Time) error {
-	cancelledAt := etcdtest.When(work.Done())
-	deletedAt, ok := <-deletion
-	if !ok {
-		return fmt.Errorf("%v: watch ended without a delete", h.Token())
-	}
-	select {
-	case at := <-cancelledAt:
-		if !at.Before(deletedAt) {
-			return fmt.Errorf("%v: cancelled at %v, not before the delete at %v", h.Token(), at, deletedAt)
-		}
-	default:
-		return fmt.Errorf("%v: key deleted by the server while the work context was live", h.Token())
+	if _, err := etcdtest.StoppedBefore(work.Done(), deletion); err != nil {
+		return fmt.Errorf("%v: %w", h.Token(), err)
 	}
 	if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
 		return fmt.Errorf("%v: cause %v; want ErrLeaseUnconfirmed", h.Token(), cause)

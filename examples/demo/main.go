@@ -44,16 +44,22 @@ type config struct {
 	workers   int
 }
 
+// etcdFlags registers the flags that say how to reach etcd, shared by the
+// demo and the workers it starts.
+func (c *config) etcdFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd endpoints; empty: start an embedded etcd")
+	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify etcd's certificate")
+	fs.StringVar(&c.cert, "cert", "", "client certificate for etcd")
+	fs.StringVar(&c.key, "key", "", "client key for etcd")
+	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the workers")
+}
+
 func main() {
 	if name := os.Getenv(workerEnv); name != "" {
 		os.Exit(workerMain(name, os.Args[1:]))
 	}
 	var c config
-	flag.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd endpoints; empty: start an embedded etcd")
-	flag.StringVar(&c.cacert, "cacert", "", "CA bundle to verify etcd's certificate")
-	flag.StringVar(&c.cert, "cert", "", "client certificate for etcd")
-	flag.StringVar(&c.key, "key", "", "client key for etcd")
-	flag.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the workers")
+	c.etcdFlags(flag.CommandLine)
 	flag.IntVar(&c.workers, "workers", 3, "number of worker processes (at least 2)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -42,12 +42,8 @@ func workerMain(name string, args []string) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	var c config
 	var ledger string
-	fs.StringVar(&c.endpoints, "endpoints", "", "")
-	fs.StringVar(&c.cacert, "cacert", "", "")
-	fs.StringVar(&c.cert, "cert", "", "")
-	fs.StringVar(&c.key, "key", "", "")
-	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "")
-	fs.StringVar(&ledger, "ledger", "", "")
+	c.etcdFlags(fs)
+	fs.StringVar(&ledger, "ledger", "", "the ledger's URL")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -88,6 +89,27 @@ func (c *Cluster) Deletion(t testing.TB, key string) <-chan time.Time {
 		}
 	}()
 	return seen
+}
+
+// StoppedBefore waits for the deletion that Deletion reports, and returns
+// when it was seen and nil if stopped had closed strictly before: the S3
+// order, a holder stops before the server gives its key away. Otherwise the
+// error says what happened.
+func StoppedBefore(stopped <-chan struct{}, deletion <-chan time.Time) (time.Time, error) {
+	stoppedAt := When(stopped)
+	deletedAt, ok := <-deletion
+	if !ok {
+		return deletedAt, fmt.Errorf("watch ended without a delete")
+	}
+	select {
+	case at := <-stoppedAt:
+		if !at.Before(deletedAt) {
+			return deletedAt, fmt.Errorf("stopped at %v, not before the delete seen at %v", at, deletedAt)
+		}
+		return deletedAt, nil
+	default:
+		return deletedAt, fmt.Errorf("key deleted by the server (seen at %v) while the holder still went on", deletedAt)
+	}
 }
 
 // When returns a channel that receives the time at which done closed.
