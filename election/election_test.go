@@ -270,3 +270,29 @@ func TestObserveReportsUnreachable(t *testing.T) {
 	for o := next(t, obs); o.Err == nil; o = next(t, obs) {
 	}
 }
+
+// A term whose session stopped vouching is over: Resign says ErrNotLeader,
+// whether the key went with the lease or is still there, and removes it.
+func TestResignAfterSessionLost(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	s := newSession(t, cli, fencing.WithTTL(2*time.Second))
+	t.Cleanup(link.Restore)
+	term := campaign(t, newElection(t, s, "lost"), "v")
+	link.Blackhole()
+	<-s.Done()
+	link.Restore()
+	var err error
+	etcdtest.WaitFor(t, wait, "Resign to get an answer", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err = term.Resign(ctx)
+		return err == nil || errors.Is(err, election.ErrNotLeader)
+	})
+	if !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Resign after the session was lost: %v; want ErrNotLeader", err)
+	}
+	if c.Exists(t, term.Key()) {
+		t.Fatal("key outlived Resign")
+	}
+}

@@ -170,3 +170,16 @@ func FuzzMiddlewareHeader(f *testing.F) {
 		}
 	})
 }
+
+// An etcd-backed gate that cannot reach etcd refuses to admit, with the
+// client's error rather than ErrStaleToken.
+func TestEtcdGateStoreUnreachable(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := etcdtest.NewClient(t, c.Endpoints())
+	cli.Close()
+	g := fencing.Gate{Store: &fencing.EtcdGateStore{Client: cli, Prefix: "leasehold/gate/closed/"}}
+	err := g.AdmitContext(t.Context(), tok(1))
+	if err == nil || errors.Is(err, fencing.ErrStaleToken) {
+		t.Fatalf("Admit through a closed client: %v; want the client's error", err)
+	}
+}

@@ -346,3 +346,30 @@ func TestWaitSurvivesLostQuorum(t *testing.T) {
 		t.Fatalf("Lock across a lost quorum: %v", err)
 	}
 }
+
+// A done context or a closed client fails Lock and TryLock with an error,
+// and leaves no key.
+func TestLockWithDoneContextOrClosedClient(t *testing.T) {
+	c := etcdtest.Single(t)
+	m := newMutex(t, newSession(t, c.Client(t)), "refused")
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := m.Lock(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("Lock with a cancelled ctx: %v; want context.Canceled", err)
+	}
+	if _, err := m.TryLock(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("TryLock with a cancelled ctx: %v; want context.Canceled", err)
+	}
+	cli := etcdtest.NewClient(t, c.Endpoints())
+	closed := newMutex(t, newSession(t, cli), "refused")
+	cli.Close()
+	if _, err := closed.Lock(etcdtest.Context(t, wait)); err == nil {
+		t.Error("Lock on a closed client succeeded")
+	}
+	if _, err := closed.TryLock(etcdtest.Context(t, wait)); err == nil {
+		t.Error("TryLock on a closed client succeeded")
+	}
+	if keys := lockKeys(t, c, "refused"); len(keys) != 0 {
+		t.Fatalf("keys left behind: %q", keys)
+	}
+}
