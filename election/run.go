@@ -240,7 +240,7 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 		r.closeSession() // revoking the lease is the other way to hand over
 		return err
 	}
-	return fmt.Errorf("%w: resigned", ErrNotLeader)
+	return errResigned
 }
 
 // backoff sleeps a jittered exponential delay, or until ctx ends.

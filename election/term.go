@@ -30,6 +30,9 @@ type Term struct {
 	ctx   context.Context // guarded by ctxMu: nil until Context is first called
 }
 
+// errResigned is the cause of a term's contexts after Resign.
+var errResigned = fmt.Errorf("%w: resigned", ErrNotLeader)
+
 // Token returns the term's fencing token: greater than every earlier term's.
 func (t *Term) Token() fencing.Token { return t.token }
 
@@ -76,7 +79,7 @@ func (t *Term) Resign(ctx context.Context) error {
 	if t.resigned.Load() {
 		return fmt.Errorf("election: resign %v: %w: already resigned", t.token, ErrNotLeader)
 	}
-	ownwatch.Lost(t.key, fmt.Errorf("%w: resigned", ErrNotLeader))
+	ownwatch.Lost(t.key, errResigned)
 	_, err := guard.Delete(ctx, t, t.key)
 	if err != nil && !errors.Is(err, guard.ErrNotOwner) {
 		return fmt.Errorf("election: resign %v: %w", t.token, err)
@@ -104,7 +107,7 @@ func (t *Term) Context() context.Context {
 	if t.ctx == nil {
 		if t.resigned.Load() {
 			ctx, cancel := context.WithCancelCause(context.Background())
-			cancel(fmt.Errorf("%w: resigned", ErrNotLeader))
+			cancel(errResigned)
 			return ctx
 		}
 		// The watch's goroutine ends with the context: at Resign (Lost), at

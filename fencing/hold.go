@@ -32,6 +32,10 @@ type Hold struct {
 	ctx   context.Context // guarded by ctxMu: nil until Context is first called
 }
 
+// errReleased is the cause of a hold's contexts after Unlock; made once, as
+// Unlock is on every lock's path.
+var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
+
 func newHold(m *Mutex, e *revqueue.Entry) *Hold {
 	return &Hold{s: m.s, token: Token{Name: m.name, Revision: e.Rev}, key: e.Key}
 }
@@ -68,7 +72,7 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		return fmt.Errorf("fencing: unlock %v: %w: already released", h.token, ErrNotHeld)
 	}
 	// Work under the hold stops before the key goes, whatever the outcome.
-	ownwatch.Lost(h.key, fmt.Errorf("%w: released by Unlock", ErrNotHeld))
+	ownwatch.Lost(h.key, errReleased)
 	// Keys are never reused, so a plain delete of ours is as safe as a
 	// compare-guarded one: it cannot touch a later owner's key.
 	resp, err := h.s.cli.Delete(ctx, h.key)
@@ -98,7 +102,7 @@ func (h *Hold) Context() context.Context {
 	if h.ctx == nil {
 		if h.released.Load() {
 			ctx, cancel := context.WithCancelCause(context.Background())
-			cancel(fmt.Errorf("%w: released by Unlock", ErrNotHeld))
+			cancel(errReleased)
 			return ctx
 		}
 		// The watch's goroutine ends with the context: at Unlock (Lost), at

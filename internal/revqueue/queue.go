@@ -112,6 +112,9 @@ func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3
 // for a passing reason (no etcd leader, a timeout, a lost connection) is
 // tried again: the place in the queue is still ours.
 func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
+	if e.Owner() {
+		return nil // uncontended: no context or watch to set up
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(lost, cancel)()
