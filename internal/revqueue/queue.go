@@ -82,7 +82,7 @@ func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.Le
 func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, *mvccpb.KeyValue, error) {
 	resp, err := q.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(q.Prefix), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease)), clientv3.OpGet(key)).
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease))).
 		Else(clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
@@ -94,14 +94,9 @@ func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3
 	if !resp.Succeeded {
 		return nil, first(resp.Responses[0].GetResponseRange().Kvs), nil
 	}
-	if err := shape(resp, 2); err != nil {
-		return nil, nil, err
-	}
-	kv := first(resp.Responses[1].GetResponseRange().Kvs)
-	if kv == nil {
-		return nil, nil, fmt.Errorf("revqueue: try enqueue %q: key missing after put", key)
-	}
-	return &Entry{Key: key, Rev: kv.CreateRevision, readRev: resp.Header.Revision}, nil, nil
+	// The compare proved the range empty, so the put created the key: its
+	// create revision is the txn's revision, and no read is needed.
+	return &Entry{Key: key, Rev: resp.Header.Revision, readRev: resp.Header.Revision}, nil, nil
 }
 
 // Wait blocks until e owns the queue, and returns nil only after a read that
