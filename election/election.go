@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/revqueue"
@@ -60,11 +61,13 @@ func (e *Election) Name() string { return e.name }
 // compaction and reconnects. Its errors wrap fencing.ErrSessionExpired,
 // fencing.ErrKeyDeleted or ctx's error.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	start := time.Now()
 	entry, err := e.q.Acquire(ctx, e.s, value)
 	if err != nil {
 		return nil, fencing.AcquireError(e.s, fmt.Sprintf("campaign %q", e.name), err)
 	}
-	return &Term{s: e.s, token: fencing.Token{Name: e.name, Revision: entry.Rev}, key: entry.Key, value: value}, nil
+	t := fencing.Token{Name: e.name, Revision: entry.Rev}
+	return &Term{s: e.s, token: t, key: entry.Key, value: value, life: e.s.Track(fencing.KindElection, t, time.Since(start))}, nil
 }
 
 // Leader returns the current leader, read linearizably, or an error wrapping

@@ -64,6 +64,12 @@ func WithLogger(l *slog.Logger) RunOption {
 	}
 }
 
+// WithObserver makes Run's sessions, and the terms won on them, report to o
+// (see fencing.WithObserver).
+func WithObserver(o fencing.Observer) RunOption {
+	return func(c *runConfig) { c.session = append(c.session, fencing.WithObserver(o)) }
+}
+
 // WithBackoff sets the bounds of the jittered exponential backoff between
 // campaigns after a lost term, a failed campaign or a failed work. Unset:
 // 100 ms to 5 s. Run returns fencing.ErrInvalidArgument unless

@@ -19,6 +19,7 @@ type Term struct {
 	s     *fencing.Session // set by Campaign, never changed: read without locking
 	token fencing.Token
 	key   string
+	life  *fencing.Tenure // reports acquisition, then resignation or loss
 
 	mu       sync.Mutex  // serialises Proclaim and Resign
 	value    string      // guarded by mu: the last value written
@@ -61,6 +62,9 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("election: proclaim %v: %w: resigned", t.token, ErrNotLeader)
 	}
 	if _, err := guard.Put(ctx, t, t.key, value, clientv3.WithLease(t.s.Lease())); err != nil {
+		if errors.Is(err, guard.ErrNotOwner) {
+			t.life.Lose(guard.ErrOwnerKeyGone)
+		}
 		return t.err("proclaim", err)
 	}
 	t.value = value
@@ -86,13 +90,16 @@ func (t *Term) Resign(ctx context.Context) error {
 	}
 	t.resigned.Store(true)
 	if err != nil {
+		t.life.Lose(guard.ErrOwnerKeyGone)
 		return t.err("resign", err)
 	}
 	if err := t.s.Err(); err != nil {
 		// The key was still there, but the session had stopped vouching
 		// for it: the term had already ended.
+		t.life.Lose(err)
 		return fmt.Errorf("election: resign %v: %w: %w", t.token, ErrNotLeader, err)
 	}
+	t.life.Release()
 	return nil
 }
 
@@ -113,6 +120,7 @@ func (t *Term) Context() context.Context {
 		// The watch's goroutine ends with the context: at Resign (Lost), at
 		// the loss, or when the session ends.
 		t.ctx, _ = guard.Watch(context.Background(), t)
+		t.life.Watch(t.ctx, errResigned)
 	}
 	return t.ctx
 }

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -22,6 +23,8 @@ import (
 type Gate struct {
 	// Store keeps the high-water marks; nil means this process's memory.
 	Store GateStore
+	// Observer's OnReject, if set, is told of every token refused as stale.
+	Observer Observer
 
 	mu    sync.Mutex
 	mem   MemoryGateStore        // used when Store is nil
@@ -48,7 +51,11 @@ func (g *Gate) AdmitContext(ctx context.Context, t Token) error {
 		return fmt.Errorf("fencing: admit %q@%d: %w", t.Name, t.Revision, ErrInvalidToken)
 	}
 	if err := g.store().Advance(ctx, t.Name, t.Revision); err != nil {
-		return fmt.Errorf("fencing: admit %v: %w", t, err)
+		err = fmt.Errorf("fencing: admit %v: %w", t, err)
+		if f := g.Observer.OnReject; f != nil && errors.Is(err, ErrStaleToken) {
+			f(RejectEvent{Token: t, Cause: err})
+		}
+		return err
 	}
 	return nil
 }

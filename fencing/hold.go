@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/revqueue"
@@ -21,6 +22,7 @@ type Hold struct {
 	s     *Session // set at creation, never changed: read without locking
 	token Token
 	key   string
+	life  *Tenure // reports acquisition, then release or loss
 
 	mu       sync.Mutex  // serialises Unlock
 	released atomic.Bool // set by Unlock once it succeeded or found the key gone
@@ -36,8 +38,9 @@ type Hold struct {
 // Unlock is on every lock's path.
 var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 
-func newHold(m *Mutex, e *revqueue.Entry) *Hold {
-	return &Hold{s: m.s, token: Token{Name: m.name, Revision: e.Rev}, key: e.Key}
+func newHold(m *Mutex, e *revqueue.Entry, start time.Time) *Hold {
+	t := Token{Name: m.name, Revision: e.Rev}
+	return &Hold{s: m.s, token: t, key: e.Key, life: m.s.Track(KindLock, t, time.Since(start))}
 }
 
 // Token returns the hold's fencing token: greater than the token of every
@@ -81,11 +84,14 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	}
 	h.released.Store(true)
 	if resp.Deleted == 0 {
+		h.life.Lose(ownwatch.ErrKeyGone)
 		return fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
 	}
 	if err := h.s.Err(); err != nil {
+		h.life.Lose(err)
 		return fmt.Errorf("fencing: unlock %v: %w: %w", h.token, ErrNotHeld, err)
 	}
+	h.life.Release()
 	return nil
 }
 
@@ -109,6 +115,7 @@ func (h *Hold) Context() context.Context {
 		// the loss, or when the session ends.
 		h.ctx, _ = ownwatch.Watch(context.Background(),
 			ownwatch.Owner{Client: h.s.cli, Key: h.key, Rev: h.token.Revision, Lease: h.s, LeaseID: h.s.id, Expired: ErrLeaseExpired})
+		h.life.Watch(h.ctx, errReleased)
 	}
 	return h.ctx
 }

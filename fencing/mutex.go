@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/revqueue"
 )
@@ -54,17 +55,19 @@ func (m *Mutex) Name() string { return m.name }
 // network is down, it keeps trying for one TTL, after which the lease has
 // expired and taken the key with it.
 func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
+	start := time.Now()
 	e, err := m.q.Acquire(ctx, m.s, m.s.identity)
 	if err != nil {
 		return nil, AcquireError(m.s, fmt.Sprintf("lock %q", m.name), err)
 	}
-	return newHold(m, e), nil
+	return newHold(m, e, start), nil
 }
 
 // TryLock acquires the lock if nobody holds or waits for it, in one request.
 // Otherwise it returns an error wrapping ErrLocked, naming the owner, and
 // writes nothing. Its other errors are Lock's.
 func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
+	start := time.Now()
 	e, owner, err := m.q.TryAcquire(ctx, m.s, m.s.identity)
 	if err != nil {
 		return nil, AcquireError(m.s, fmt.Sprintf("trylock %q", m.name), err)
@@ -73,7 +76,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 		return nil, fmt.Errorf("fencing: trylock %q: %w by %q (token %v)", m.name, ErrLocked, owner.Value,
 			Token{Name: m.name, Revision: owner.CreateRevision})
 	}
-	return newHold(m, e), nil
+	return newHold(m, e, start), nil
 }
 
 // AcquireError maps why an acquire on s failed to this package's sentinels:

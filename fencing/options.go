@@ -26,6 +26,7 @@ type sessionConfig struct {
 	marginOK bool // margin was set by WithSafetyMargin
 	logger   *slog.Logger
 	identity string
+	observer Observer
 }
 
 // WithTTL sets the lease TTL, rounded up to whole seconds (etcd's unit).

@@ -28,6 +28,7 @@ type Session struct {
 	period   time.Duration // between renewals
 	identity string
 	log      *slog.Logger
+	obs      Observer
 
 	ctx    context.Context // ends, with the cause, when done closes
 	cancel context.CancelCauseFunc
@@ -37,9 +38,10 @@ type Session struct {
 	wg         sync.WaitGroup // background goroutines, waited for by Close
 
 	mu         sync.Mutex
-	validUntil time.Time   // guarded by mu; only grows while the session lives
-	expiry     *time.Timer // guarded by mu; fires at validUntil
-	err        error       // guarded by mu; nil until done closes
+	validUntil time.Time     // guarded by mu; only grows while the session lives
+	expiry     *time.Timer   // guarded by mu; fires at validUntil
+	err        error         // guarded by mu; nil until done closes
+	endedEarly time.Duration // guarded by mu: how long before validUntil done closed
 	done       chan struct{}
 }
 
@@ -69,6 +71,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 		ttl:        time.Duration(g.TTL) * time.Second,
 		margin:     cfg.margin,
 		identity:   cfg.identity,
+		obs:        cfg.observer,
 		log:        cfg.logger.With("lease", fmt.Sprintf("%x", int64(g.ID))),
 		validUntil: sent.Add(time.Duration(g.TTL)*time.Second - cfg.margin),
 		done:       make(chan struct{}),
@@ -157,7 +160,9 @@ func (s *Session) lose(cause error) {
 		return
 	}
 	s.err = cause
-	if now := time.Now(); now.Before(s.validUntil) {
+	now := time.Now()
+	s.endedEarly = s.validUntil.Sub(now)
+	if now.Before(s.validUntil) {
 		s.validUntil = now
 	}
 	s.expiry.Stop()
@@ -228,13 +233,16 @@ func (s *Session) keepAlive() {
 		switch {
 		case err == nil:
 			s.renewed(sent, time.Duration(resp.TTL)*time.Second)
+			s.reportRenewal(sent, nil)
 			wait = s.period - time.Since(sent)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.reportRenewal(sent, err)
 			s.lose(fmt.Errorf("%w: lease %x not found on renewal", ErrLeaseExpired, int64(s.id)))
 			return
 		default:
 			// Retry soon: ValidUntil leaves TTL-margin-period for retries.
 			s.log.Debug("lease renewal failed", "err", err)
+			s.reportRenewal(sent, err)
 			wait = s.period / 4
 		}
 	}

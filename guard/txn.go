@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -76,7 +77,11 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 	if !resp.Succeeded {
 		ownwatch.Lost(g.o.Key(), fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
 			ErrOwnerKeyGone, resp.Header.Revision))
-		return nil, fmt.Errorf("guard: txn for %v at revision %d: %w", g.o.Token(), resp.Header.Revision, ErrNotOwner)
+		err := fmt.Errorf("guard: txn for %v at revision %d: %w", g.o.Token(), resp.Header.Revision, ErrNotOwner)
+		if f := g.o.Session().Observer().OnReject; f != nil {
+			f(fencing.RejectEvent{Token: g.o.Token(), Cause: err})
+		}
+		return nil, err
 	}
 	if !nested {
 		return resp, nil

@@ -5,6 +5,7 @@ package fencingtest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,4 +50,46 @@ func Lock(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
 		t.Fatalf("Lock(%q): %v", name, err)
 	}
 	return h
+}
+
+// Recorder is a fencing.Observer that keeps every event, for tests.
+type Recorder struct {
+	mu       sync.Mutex
+	Acquired []fencing.AcquireEvent
+	Released []fencing.ReleaseEvent
+	Lost     []fencing.LossEvent
+	Renewed  []fencing.RenewEvent
+	Rejected []fencing.RejectEvent
+}
+
+// Observer returns the observer that records into r.
+func (r *Recorder) Observer() fencing.Observer {
+	return fencing.Observer{
+		OnAcquire: func(e fencing.AcquireEvent) { r.add(func() { r.Acquired = append(r.Acquired, e) }) },
+		OnRelease: func(e fencing.ReleaseEvent) { r.add(func() { r.Released = append(r.Released, e) }) },
+		OnLoss:    func(e fencing.LossEvent) { r.add(func() { r.Lost = append(r.Lost, e) }) },
+		OnRenew:   func(e fencing.RenewEvent) { r.add(func() { r.Renewed = append(r.Renewed, e) }) },
+		OnReject:  func(e fencing.RejectEvent) { r.add(func() { r.Rejected = append(r.Rejected, e) }) },
+	}
+}
+
+func (r *Recorder) add(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f()
+}
+
+// Counts returns how many events of each kind were recorded, in the order
+// acquired, released, lost, renewed, rejected.
+func (r *Recorder) Counts() [5]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return [5]int{len(r.Acquired), len(r.Released), len(r.Lost), len(r.Renewed), len(r.Rejected)}
+}
+
+// Snapshot runs f with the recorder locked, to read its events.
+func (r *Recorder) Snapshot(f func(*Recorder)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(r)
 }

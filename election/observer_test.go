@@ -1,0 +1,56 @@
+package election_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
+)
+
+// A term reports its win once and then exactly one end: a resignation, or a
+// loss noticed by its watch and again by Proclaim and Resign.
+func TestTermReportsEachEventOnce(t *testing.T) {
+	c := etcdtest.Single(t)
+	var rec fencingtest.Recorder
+	s := newSession(t, c.Client(t), fencing.WithObserver(rec.Observer()))
+	e := newElection(t, s, "observed")
+	ctx := etcdtest.Context(t, wait)
+
+	resigned := campaign(t, e, "a")
+	if err := resigned.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resigned.Resign(ctx)
+
+	lost := campaign(t, e, "b")
+	watched := lost.Context()
+	c.Delete(t, lost.Key())
+	<-watched.Done()
+	if err := lost.Proclaim(ctx, "c"); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Proclaim after the key was deleted: %v; want ErrNotLeader", err)
+	}
+	lost.Resign(ctx)
+
+	rec.Snapshot(func(r *fencingtest.Recorder) {
+		if len(r.Acquired) != 2 || len(r.Released) != 1 || len(r.Lost) != 1 || len(r.Rejected) != 2 {
+			t.Fatalf("acquired %d, released %d, lost %d, rejected %d; want 2, 1, 1, 2 (Proclaim and Resign refused)",
+				len(r.Acquired), len(r.Released), len(r.Lost), len(r.Rejected))
+		}
+		if k := r.Acquired[0].Kind; k != fencing.KindElection {
+			t.Errorf("kind %q; want %q", k, fencing.KindElection)
+		}
+		if r.Released[0].Token != resigned.Token() || r.Lost[0].Token != lost.Token() {
+			t.Errorf("released %v, lost %v; want %v, %v", r.Released[0].Token, r.Lost[0].Token, resigned.Token(), lost.Token())
+		}
+		if !errors.Is(r.Lost[0].Cause, guard.ErrOwnerKeyGone) {
+			t.Errorf("loss cause %v; want ErrOwnerKeyGone", r.Lost[0].Cause)
+		}
+		if !errors.Is(r.Rejected[0].Cause, guard.ErrNotOwner) || r.Rejected[0].Token != lost.Token() {
+			t.Errorf("rejection %+v; want the lost term's ErrNotOwner", r.Rejected[0])
+		}
+	})
+}

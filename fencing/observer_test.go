@@ -1,0 +1,147 @@
+package fencing_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
+	"github.com/leasehold/leasehold/internal/ownwatch"
+)
+
+func waitCounts(t *testing.T, r *fencingtest.Recorder, what string, ok func(c [5]int) bool) {
+	t.Helper()
+	etcdtest.WaitFor(t, wait, what, func() bool { return ok(r.Counts()) })
+}
+
+// Each hold reports its acquisition once and then exactly one end, however
+// many paths learn of it (the session's end, the hold's watch, Unlock).
+func TestObserverSeesEachEventOnce(t *testing.T) {
+	c := etcdtest.Single(t)
+	var rec fencingtest.Recorder
+	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second), fencing.WithObserver(rec.Observer()))
+	ctx := etcdtest.Context(t, wait)
+
+	released := lock(t, newMutex(t, s, "released"))
+	if err := released.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released.Unlock(ctx)
+
+	deleted := lock(t, newMutex(t, s, "deleted"))
+	watched := deleted.Context()
+	c.Delete(t, deleted.Key())
+	<-watched.Done()
+	if err := deleted.Unlock(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("Unlock of a deleted hold: %v; want ErrNotHeld", err)
+	}
+
+	armed := lock(t, newMutex(t, s, "armed"))
+	armed.Context()
+	plain := lock(t, newMutex(t, s, "plain"))
+	waitCounts(t, &rec, "a renewal", func(c [5]int) bool { return c[3] > 0 })
+	c.Revoke(t, s.Lease())
+	<-s.Done()
+	waitCounts(t, &rec, "three losses", func(c [5]int) bool { return c[2] == 3 })
+	armed.Unlock(ctx)
+	plain.Unlock(ctx)
+	s.Close(ctx)
+
+	rec.Snapshot(func(r *fencingtest.Recorder) {
+		if len(r.Acquired) != 4 || len(r.Released) != 1 || len(r.Lost) != 3 {
+			t.Fatalf("acquired %d, released %d, lost %d; want 4, 1, 3", len(r.Acquired), len(r.Released), len(r.Lost))
+		}
+		for i, e := range r.Acquired {
+			if e.Kind != fencing.KindLock || e.Lease != s.Lease() || e.Token.Revision <= 0 {
+				t.Errorf("acquired[%d] = %+v", i, e)
+			}
+		}
+		if r.Released[0].Token != released.Token() {
+			t.Errorf("released %v; want %v", r.Released[0].Token, released.Token())
+		}
+		causes := map[string]error{}
+		for _, e := range r.Lost {
+			causes[e.Token.Name] = e.Cause
+			if e.Early > s.TTL() {
+				t.Errorf("loss of %v noticed %v before ValidUntil, more than a TTL", e.Token, e.Early)
+			}
+		}
+		if !errors.Is(causes["deleted"], ownwatch.ErrKeyGone) {
+			t.Errorf("deleted hold lost with %v; want the key-gone cause", causes["deleted"])
+		}
+		for _, n := range []string{"armed", "plain"} {
+			if !errors.Is(causes[n], fencing.ErrLeaseExpired) {
+				t.Errorf("%s hold lost with %v; want ErrLeaseExpired", n, causes[n])
+			}
+		}
+		for _, e := range r.Renewed {
+			if e.Err == nil && (e.Margin <= 0 || e.RoundTrip < 0) {
+				t.Errorf("successful renewal with margin %v, round trip %v", e.Margin, e.RoundTrip)
+			}
+		}
+	})
+}
+
+// A Gate reports each stale token it refuses, and nothing else.
+func TestGateReportsRejections(t *testing.T) {
+	var rec fencingtest.Recorder
+	g := fencing.Gate{Observer: rec.Observer()}
+	for _, rev := range []int64{5, 5, 7, 6} {
+		g.Admit(fencing.Token{Name: "n", Revision: rev})
+	}
+	g.Admit(fencing.Token{}) // invalid, not stale
+	rec.Snapshot(func(r *fencingtest.Recorder) {
+		if len(r.Rejected) != 1 || r.Rejected[0].Token.Revision != 6 || !errors.Is(r.Rejected[0].Cause, fencing.ErrStaleToken) {
+			t.Fatalf("rejections %+v; want one, of revision 6, ErrStaleToken", r.Rejected)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for the session's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Transitions are logged at debug and losses at warn, each with the name,
+// token and lease.
+func TestLoggerRecordsTransitions(t *testing.T) {
+	c := etcdtest.Single(t)
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s := newSession(t, c.Client(t), fencing.WithLogger(log))
+	h := lock(t, newMutex(t, s, "logged"))
+	h.Unlock(etcdtest.Context(t, wait))
+	lost := lock(t, newMutex(t, s, "logged"))
+	c.Revoke(t, s.Lease())
+	<-s.Done()
+	etcdtest.WaitFor(t, wait, "the loss to be logged", func() bool { return strings.Contains(buf.String(), "msg=lost") })
+	lease := fmt.Sprintf("lease=%x", int64(s.Lease()))
+	for _, want := range []string{
+		"level=DEBUG msg=acquired", "level=DEBUG msg=released", "level=WARN msg=lost", "level=WARN msg=\"session lost\"",
+		"name=logged", "token=" + h.Token().String(), "token=" + lost.Token().String(), lease,
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
