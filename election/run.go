@@ -38,6 +38,8 @@ type runConfig struct {
 	onError    Policy
 	started    func(*Term)
 	stopped    func(*Term, error)
+	health     *guard.Health
+	healthSet  bool
 }
 
 // WithTTL sets the lease TTL of Run's sessions (see fencing.WithTTL).
@@ -68,6 +70,13 @@ func WithLogger(l *slog.Logger) RunOption {
 // (see fencing.WithObserver).
 func WithObserver(o fencing.Observer) RunOption {
 	return func(c *runConfig) { c.session = append(c.session, fencing.WithObserver(o)) }
+}
+
+// WithHealth makes Run track each term in h from the moment work starts
+// until the term is resigned or work has returned after losing it, so that
+// h fails while a work outlives its term (see guard.Health).
+func WithHealth(h *guard.Health) RunOption {
+	return func(c *runConfig) { c.health, c.healthSet = h, true }
 }
 
 // WithBackoff sets the bounds of the jittered exponential backoff between
@@ -127,7 +136,7 @@ func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, log: c.log.With("election", name)}
+	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, log: c.log.With("kind", fencing.KindElection, "name", name)}
 	defer r.closeSession()
 	return r.loop(ctx)
 }
@@ -138,6 +147,8 @@ func (c *runConfig) validate(cli *clientv3.Client, name string, work func(contex
 		return fmt.Errorf("%w: nil client", fencing.ErrInvalidArgument)
 	case work == nil:
 		return fmt.Errorf("%w: nil work", fencing.ErrInvalidArgument)
+	case c.health == nil && c.healthSet:
+		return fmt.Errorf("%w: nil health", fencing.ErrInvalidArgument)
 	case c.backoffMin <= 0 || c.backoffMax < c.backoffMin:
 		return fmt.Errorf("%w: backoff [%v, %v]", fencing.ErrInvalidArgument, c.backoffMin, c.backoffMax)
 	}
@@ -197,9 +208,13 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 // lead runs work for one term and applies the policies. It reports whether
 // Run should campaign again, and what Run returns if not.
 func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
-	r.log.Info("leading", "token", t.Token())
+	r.log.Debug("leading", "token", t.Token(), "lease", fmt.Sprintf("%x", int64(t.Session().Lease())))
 	if r.cfg.started != nil {
 		r.cfg.started(t)
+	}
+	untrack := func() {}
+	if h := r.cfg.health; h != nil {
+		untrack = h.Track(t)
 	}
 	wctx, stop := guard.Watch(ctx, t)
 	err := r.work(wctx, t)
@@ -210,13 +225,18 @@ func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
 	if policy == KeepLeading && wctx.Err() == nil {
 		<-wctx.Done()
 	}
+	untrack()
 	lost := wctx.Err() != nil && ctx.Err() == nil
 	cause := context.Cause(wctx)
 	stop()
 	if !lost {
 		cause = r.resign(ctx, t)
 	}
-	r.log.Info("stopped leading", "token", t.Token(), "cause", cause, "work_err", err)
+	level := slog.LevelDebug
+	if lost {
+		level = slog.LevelWarn
+	}
+	r.log.Log(ctx, level, "stopped leading", "token", t.Token(), "cause", cause, "work_err", err)
 	if r.cfg.stopped != nil {
 		r.cfg.stopped(t, cause)
 	}

@@ -1,0 +1,51 @@
+package guard_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+func probe(h *guard.Health) int {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	return rec.Code
+}
+
+// A holder cut off from etcd stays healthy until its ValidUntil passes, then
+// fails its probe for as long as its work goes on, and recovers when the work
+// stops acting on the hold.
+func TestHealthFlipsWhenHolderIsBlackholed(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	s := newSession(t, cli, fencing.WithTTL(2*time.Second))
+	t.Cleanup(link.Restore)
+	var h guard.Health
+	if code := probe(&h); code != http.StatusOK {
+		t.Fatalf("probe owning nothing: %d; want 200", code)
+	}
+	hold := lock(t, s, "health")
+	done := h.Track(hold)
+	if err := h.Check(); err != nil {
+		t.Fatalf("Check while holding: %v", err)
+	}
+	link.Blackhole()
+	etcdtest.WaitFor(t, wait, "the probe to fail", func() bool { return probe(&h) == http.StatusServiceUnavailable })
+	if err := h.Check(); !errors.Is(err, guard.ErrOverdue) {
+		t.Fatalf("Check past ValidUntil: %v; want ErrOverdue", err)
+	}
+	if s.ValidUntil().After(time.Now()) {
+		t.Fatal("probe failed before ValidUntil")
+	}
+	done()
+	done()
+	if code := probe(&h); code != http.StatusOK {
+		t.Fatalf("probe after the work stopped: %d; want 200", code)
+	}
+}
