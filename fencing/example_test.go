@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
@@ -105,4 +106,46 @@ func ExampleGate() {
 	// <nil>
 	// <nil>
 	// true
+}
+
+// This example prints the worst cases of the default session configuration.
+func ExampleSafetyBudget() {
+	b, err := fencing.SafetyBudget(fencing.DefaultTTL, fencing.DefaultTTL/3, time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("takeover after a crash within", b.Takeover)
+	fmt.Println("partitioned holder stops within", b.PartitionedWork)
+	fmt.Println("unfenced writes survive pauses up to", b.Pause)
+	// Output:
+	// takeover after a crash within 10.5s
+	// partitioned holder stops within 9s
+	// unfenced writes survive pauses up to 1s
+}
+
+// This example counts acquisitions and losses with an Observer, as a metrics
+// library would.
+func ExampleWithObserver() {
+	ctx := context.Background()
+	var acquired, released atomic.Int64
+	obs := fencing.Observer{
+		OnAcquire: func(e fencing.AcquireEvent) { acquired.Add(1) },
+		OnRelease: func(e fencing.ReleaseEvent) { released.Add(1) },
+	}
+	s, err := fencing.NewSession(ctx, exampleClient(), fencing.WithObserver(obs))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx)
+	m, _ := fencing.NewMutex(s, "observed")
+	h, err := m.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	h.Unlock(ctx)
+	fmt.Println("acquired", acquired.Load(), "released", released.Load())
+	// Output: acquired 1 released 1
 }
