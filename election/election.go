@@ -101,3 +101,10 @@ func (e *Election) leader(ctx context.Context) (*Leader, int64, error) {
 // errWatchBroken marks a watch that Observe resumes without telling the
 // caller: compacted, cancelled by the server, or closed with its connection.
 var errWatchBroken = errors.New("election: watch broken")
+
+// Inspect returns the queue of the election called name: the leader first,
+// then the candidates in the order they will lead, each with its value,
+// lease, the lease's time left and its age (see fencing.Inspect).
+func Inspect(ctx context.Context, cli *clientv3.Client, name string) (fencing.Queue, error) {
+	return fencing.Inspect(ctx, cli, fencing.KindElection, name)
+}

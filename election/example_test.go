@@ -72,3 +72,32 @@ func ExampleRun() {
 	// report written: true
 	// <nil>
 }
+
+// This example reads who leads an election, and who would lead next.
+func ExampleInspect() {
+	ctx := context.Background()
+	cli := exampleClient()
+	s, err := fencing.NewSession(ctx, cli)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx)
+	e, _ := election.New(s, "inspected-election")
+	t, err := e.Campaign(ctx, "replica-a")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer t.Resign(ctx)
+
+	q, err := election.Inspect(ctx, cli, "inspected-election")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for i, c := range q.Entries {
+		fmt.Println(i, c.Value, c.Token == t.Token())
+	}
+	// Output: 0 replica-a true
+}

@@ -149,3 +149,30 @@ func ExampleWithObserver() {
 	fmt.Println("acquired", acquired.Load(), "released", released.Load())
 	// Output: acquired 1 released 1
 }
+
+// This example shows who holds a lock and who waits for it.
+func ExampleInspect() {
+	ctx := context.Background()
+	s, err := fencing.NewSession(ctx, exampleClient(), fencing.WithIdentity("worker-1"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx)
+	m, _ := fencing.NewMutex(s, "reports")
+	h, err := m.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer h.Unlock(ctx)
+
+	q, err := fencing.Inspect(ctx, exampleClient(), fencing.KindLock, "reports")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	owner, _ := q.Owner()
+	fmt.Println(len(q.Entries), "in queue; owner:", owner.Value, "token matches:", owner.Token == h.Token())
+	// Output: 1 in queue; owner: worker-1 token matches: true
+}

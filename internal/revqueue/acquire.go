@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +41,36 @@ var seq atomic.Uint64
 
 // newKey returns a key under prefix that no other acquire, in any process,
 // ever uses: the lease is unique to one session, the sequence to the process.
+// The creation time (Unix milliseconds, by this process's clock) in between
+// lets operators see how long a key has waited or held; nothing relies on it.
 func newKey(prefix string, lease clientv3.LeaseID) string {
-	return fmt.Sprintf("%s%016x-%d", prefix, int64(lease), seq.Add(1))
+	return fmt.Sprintf("%s%016x-%d-%d", prefix, int64(lease), time.Now().UnixMilli(), seq.Add(1))
+}
+
+// ParseKey splits a key written by Acquire into its kind, name and the
+// creation time its writer recorded (zero when the key has none). It reports
+// false for a key of any other shape.
+func ParseKey(key string) (kind, name string, created time.Time, ok bool) {
+	rest, ok := strings.CutPrefix(key, "leasehold/")
+	if !ok {
+		return "", "", time.Time{}, false
+	}
+	kind, rest, ok = strings.Cut(rest, "/")
+	if !ok {
+		return "", "", time.Time{}, false
+	}
+	n, rest, ok := strings.Cut(rest, ":")
+	size, err := strconv.Atoi(n)
+	if !ok || err != nil || size < 0 || size >= len(rest) || rest[size] != '/' || strconv.Itoa(size) != n {
+		return "", "", time.Time{}, false
+	}
+	name, rest = rest[:size], rest[size+1:]
+	if parts := strings.Split(rest, "-"); len(parts) == 3 {
+		if ms, err := strconv.ParseInt(parts[1], 10, 64); err == nil && ms > 0 {
+			created = time.UnixMilli(ms).UTC()
+		}
+	}
+	return kind, name, created, true
 }
 
 // Acquire queues one new key holding value on s's lease and waits until it

@@ -1,0 +1,219 @@
+package fencing
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/revqueue"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Queue is the state of one lock or election as Inspect read it: its keys in
+// order, the owner first.
+type Queue struct {
+	Kind     Kind         `json:"kind"`
+	Name     string       `json:"name"`
+	Revision int64        `json:"revision"` // etcd revision of the read
+	Entries  []QueueEntry `json:"entries"`  // owner first; empty when free
+}
+
+// QueueEntry is one key of a queue: the owner, or a waiter.
+type QueueEntry struct {
+	Token Token  `json:"token"` // the fencing token it has or will have
+	Key   string `json:"key"`
+	// Value is what the key holds: the holder's identity (WithIdentity) for
+	// a lock, the candidate's value for an election.
+	Value string           `json:"value"`
+	Lease clientv3.LeaseID `json:"lease"`
+	// TTL is the lease's time left, read after the keys (TimeToLive), and
+	// GrantedTTL its full TTL. A live session keeps TTL above two thirds of
+	// GrantedTTL; lower means its holder has missed renewals.
+	TTL        time.Duration `json:"ttl_ns"`
+	GrantedTTL time.Duration `json:"granted_ttl_ns"`
+	// Expired says the lease was gone when its TTL was read: the key is
+	// being deleted, and its holder no longer owns anything.
+	Expired bool `json:"expired"`
+	// Created is when the key was written, by its writer's clock; zero for
+	// keys that do not record it. Age is the time since, at the read.
+	Created time.Time     `json:"created,omitzero"`
+	Age     time.Duration `json:"age_ns"`
+}
+
+// Owner returns the queue's first entry, which owns the lock or leads the
+// election, and false when the queue is empty.
+func (q Queue) Owner() (QueueEntry, bool) {
+	if len(q.Entries) == 0 {
+		return QueueEntry{}, false
+	}
+	return q.Entries[0], true
+}
+
+// Inspect returns the queue of the lock (KindLock) or election
+// (KindElection) called name, in one linearizable read of its keys followed
+// by one TimeToLive per lease. It writes nothing. A bad kind or name returns
+// ErrInvalidArgument or ErrInvalidName.
+func Inspect(ctx context.Context, cli *clientv3.Client, kind Kind, name string) (Queue, error) {
+	if err := checkKind(cli, kind); err != nil {
+		return Queue{}, fmt.Errorf("fencing: Inspect: %w", err)
+	}
+	if err := ValidateName(name); err != nil {
+		return Queue{}, fmt.Errorf("fencing: Inspect: %w", err)
+	}
+	qs, err := inspect(ctx, cli, revqueue.Prefix(string(kind), name), func(string) bool { return true })
+	if err != nil {
+		return Queue{}, err
+	}
+	if len(qs) == 0 {
+		return Queue{Kind: kind, Name: name, Entries: []QueueEntry{}}, nil
+	}
+	return qs[0], nil
+}
+
+// InspectPrefix returns, sorted by kind then name, the queue of every lock
+// and election whose name starts with namePrefix ("" for all), or only those
+// of one kind when kind is not "". Free locks have no keys and are not
+// listed.
+func InspectPrefix(ctx context.Context, cli *clientv3.Client, kind Kind, namePrefix string) ([]Queue, error) {
+	if kind == "" {
+		var all []Queue
+		for _, k := range []Kind{KindElection, KindLock} {
+			qs, err := InspectPrefix(ctx, cli, k, namePrefix)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, qs...)
+		}
+		return all, nil
+	}
+	if err := checkKind(cli, kind); err != nil {
+		return nil, fmt.Errorf("fencing: InspectPrefix: %w", err)
+	}
+	return inspect(ctx, cli, "leasehold/"+string(kind)+"/", func(name string) bool { return strings.HasPrefix(name, namePrefix) })
+}
+
+func checkKind(cli *clientv3.Client, kind Kind) error {
+	switch {
+	case cli == nil:
+		return fmt.Errorf("%w: nil client", ErrInvalidArgument)
+	case kind != KindLock && kind != KindElection:
+		return fmt.Errorf("%w: kind %q", ErrInvalidArgument, kind)
+	}
+	return nil
+}
+
+// inspect reads every key under prefix whose name passes keep, grouped by
+// name, then the leases' TTLs.
+func inspect(ctx context.Context, cli *clientv3.Client, prefix string, keep func(name string) bool) ([]Queue, error) {
+	qs, err := readQueues(ctx, cli, prefix, keep)
+	if err != nil {
+		return nil, err
+	}
+	if err := readLeases(ctx, cli, qs); err != nil {
+		return nil, err
+	}
+	return qs, nil
+}
+
+// readQueues groups the keys under prefix by name, each group in create
+// revision order.
+func readQueues(ctx context.Context, cli *clientv3.Client, prefix string, keep func(string) bool) ([]Queue, error) {
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("fencing: inspect %q: %w", prefix, err)
+	}
+	now := time.Now()
+	byName := map[string]*Queue{}
+	var qs []*Queue
+	for _, kv := range resp.Kvs {
+		kind, name, created, ok := revqueue.ParseKey(string(kv.Key))
+		if !ok || !keep(name) {
+			continue // not a queue key: someone else's, under our prefix
+		}
+		q := byName[kind+"/"+name]
+		if q == nil {
+			q = &Queue{Kind: Kind(kind), Name: name, Revision: resp.Header.Revision}
+			byName[kind+"/"+name] = q
+			qs = append(qs, q)
+		}
+		q.Entries = append(q.Entries, entry(kv, name, created, now))
+	}
+	slices.SortFunc(qs, func(a, b *Queue) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
+	out := make([]Queue, len(qs))
+	for i, q := range qs {
+		out[i] = *q
+	}
+	return out, nil
+}
+
+func entry(kv *mvccpb.KeyValue, name string, created, now time.Time) QueueEntry {
+	e := QueueEntry{Token: Token{Name: name, Revision: kv.CreateRevision}, Key: string(kv.Key), Value: string(kv.Value),
+		Lease: clientv3.LeaseID(kv.Lease), Created: created}
+	if !created.IsZero() {
+		e.Age = now.Sub(created).Round(time.Millisecond)
+	}
+	return e
+}
+
+// leaseQueries bounds the TimeToLive requests in flight during an inspect.
+const leaseQueries = 16
+
+// readLeases fills in each entry's lease TTL, asking once per lease.
+func readLeases(ctx context.Context, cli *clientv3.Client, qs []Queue) error {
+	type ttl struct {
+		left, granted time.Duration
+		gone          bool
+	}
+	leases := map[clientv3.LeaseID]*ttl{}
+	for _, q := range qs {
+		for _, e := range q.Entries {
+			if e.Lease != clientv3.NoLease {
+				leases[e.Lease] = &ttl{}
+			}
+		}
+	}
+	var (
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, leaseQueries)
+		errMu sync.Mutex
+		first error
+	)
+	for id, t := range leases {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			resp, err := cli.TimeToLive(ctx, id)
+			switch {
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				t.gone = true
+			case err != nil:
+				errMu.Lock()
+				first = cmp.Or(first, fmt.Errorf("fencing: inspect: lease %x: %w", int64(id), err))
+				errMu.Unlock()
+			default:
+				t.left, t.granted = time.Duration(resp.TTL)*time.Second, time.Duration(resp.GrantedTTL)*time.Second
+				t.gone = resp.TTL < 0
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	for _, q := range qs {
+		for i := range q.Entries {
+			e := &q.Entries[i]
+			if t := leases[e.Lease]; t != nil {
+				e.TTL, e.GrantedTTL, e.Expired = t.left, t.granted, t.gone
+			}
+		}
+	}
+	return nil
+}

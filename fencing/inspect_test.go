@@ -1,0 +1,148 @@
+package fencing_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/revqueue"
+)
+
+// queueOfThree queues an owner and two waiters on the lock name, each on its
+// own session, and returns the sessions in queue order.
+func queueOfThree(t *testing.T, c *etcdtest.Cluster, name string) []*fencing.Session {
+	t.Helper()
+	var ss []*fencing.Session
+	for i, id := range []string{"owner", "waiter-1", "waiter-2"} {
+		s := newSession(t, c.Client(t), fencing.WithIdentity(id))
+		ss = append(ss, s)
+		if i == 0 {
+			lock(t, newMutex(t, s, name))
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			newMutex(t, s, name).Lock(ctx)
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+		etcdtest.WaitFor(t, wait, id+" to queue", func() bool { return len(lockKeys(t, c, name)) == i+1 })
+	}
+	return ss
+}
+
+// Inspect shows the owner first, then the waiters in order, each with its
+// identity, lease, TTL left and age.
+func TestInspectShowsQueueInOrder(t *testing.T) {
+	c := etcdtest.Single(t)
+	ss := queueOfThree(t, c, "inspected")
+	q, err := fencing.Inspect(etcdtest.Context(t, wait), c.Admin, fencing.KindLock, "inspected")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Kind != fencing.KindLock || q.Name != "inspected" || len(q.Entries) != 3 || q.Revision == 0 {
+		t.Fatalf("queue %+v", q)
+	}
+	for i, e := range q.Entries {
+		if want := []string{"owner", "waiter-1", "waiter-2"}[i]; e.Value != want || e.Lease != ss[i].Lease() {
+			t.Errorf("entry %d: value %q lease %x; want %q, %x", i, e.Value, int64(e.Lease), want, int64(ss[i].Lease()))
+		}
+		if e.Expired || e.TTL <= 0 || e.TTL > e.GrantedTTL || e.GrantedTTL != ss[i].TTL() {
+			t.Errorf("entry %d: TTL %v of %v, expired %v", i, e.TTL, e.GrantedTTL, e.Expired)
+		}
+		if e.Created.IsZero() || e.Age < 0 || e.Token.Name != "inspected" {
+			t.Errorf("entry %d: created %v, age %v, token %v", i, e.Created, e.Age, e.Token)
+		}
+		if i > 0 && e.Token.Compare(q.Entries[i-1].Token) <= 0 {
+			t.Errorf("entry %d: token %v not after %v", i, e.Token, q.Entries[i-1].Token)
+		}
+	}
+	if o, ok := q.Owner(); !ok || o.Value != "owner" {
+		t.Errorf("Owner() = %+v, %v", o, ok)
+	}
+}
+
+// A waiter whose lease is gone by the time its TTL is read is shown expired:
+// its key is on its way out, and it owns nothing.
+func TestInspectMarksExpiredWaiter(t *testing.T) {
+	c := etcdtest.Single(t)
+	ss := queueOfThree(t, c, "expiring")
+	ctx := etcdtest.Context(t, wait)
+	keep := func(string) bool { return true }
+	qs, err := fencing.ReadQueues(ctx, c.Admin, revqueue.Prefix("lock", "expiring"), keep)
+	if err != nil || len(qs) != 1 || len(qs[0].Entries) != 3 {
+		t.Fatalf("ReadQueues = %+v, %v", qs, err)
+	}
+	c.Revoke(t, ss[2].Lease())
+	if err := fencing.ReadLeases(ctx, c.Admin, qs); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range qs[0].Entries {
+		if want := i == 2; e.Expired != want {
+			t.Errorf("entry %d (%s): expired %v; want %v", i, e.Value, e.Expired, want)
+		}
+	}
+	if e := qs[0].Entries[2]; e.TTL >= 0 {
+		t.Errorf("expired entry has TTL %v; want negative", e.TTL)
+	}
+}
+
+// InspectPrefix groups keys by name and keeps only the names asked for; its
+// JSON decodes back to what it returned.
+func TestInspectPrefixGroupsAndRoundTrips(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	for _, n := range []string{"jobs/b", "jobs/a", "jobs/a", "other"} {
+		go newMutex(t, s, n).Lock(t.Context())
+	}
+	lock(t, newMutex(t, s, "jobs"))
+	etcdtest.WaitFor(t, wait, "three keys under jobs/", func() bool {
+		return len(lockKeys(t, c, "jobs/a"))+len(lockKeys(t, c, "jobs/b")) == 3
+	})
+	qs, err := fencing.InspectPrefix(etcdtest.Context(t, wait), c.Admin, "", "jobs/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 2 || qs[0].Name != "jobs/a" || len(qs[0].Entries) != 2 || qs[1].Name != "jobs/b" {
+		t.Fatalf("InspectPrefix(jobs/) = %+v", qs)
+	}
+	b, err := json.Marshal(qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []fencing.Queue
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, qs) {
+		t.Fatalf("JSON round trip changed the queues:\n%+v\n%+v", qs, back)
+	}
+}
+
+func TestInspectRejectsBadInput(t *testing.T) {
+	c := etcdtest.Single(t)
+	ctx := etcdtest.Context(t, wait)
+	for _, tc := range []struct {
+		kind fencing.Kind
+		name string
+		want error
+	}{{"", "n", fencing.ErrInvalidArgument}, {"mutex", "n", fencing.ErrInvalidArgument}, {fencing.KindLock, "", fencing.ErrInvalidName}} {
+		if _, err := fencing.Inspect(ctx, c.Admin, tc.kind, tc.name); !errors.Is(err, tc.want) {
+			t.Errorf("Inspect(%q, %q): %v; want %v", tc.kind, tc.name, err, tc.want)
+		}
+	}
+	if _, err := fencing.Inspect(ctx, nil, fencing.KindLock, "n"); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("Inspect with a nil client: %v", err)
+	}
+	if _, err := fencing.InspectPrefix(ctx, c.Admin, "mutex", ""); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("InspectPrefix of a bad kind: %v", err)
+	}
+	if q, err := fencing.Inspect(ctx, c.Admin, fencing.KindLock, "free"); err != nil || len(q.Entries) != 0 {
+		t.Errorf("Inspect of a free lock = %+v, %v", q, err)
+	}
+}
