@@ -56,6 +56,20 @@ func (q Queue) Owner() (QueueEntry, bool) {
 	return q.Entries[0], true
 }
 
+// KeyPrefix returns the etcd key range that holds the queue of the lock or
+// election called name, for tools that read or watch it: every key of the
+// queue, and no other, starts with it. An empty name gives the range of
+// every queue of kind, and an empty kind that of every queue.
+func KeyPrefix(kind Kind, name string) string {
+	switch {
+	case kind == "":
+		return "leasehold/"
+	case name == "":
+		return "leasehold/" + string(kind) + "/"
+	}
+	return revqueue.Prefix(string(kind), name)
+}
+
 // Inspect returns the queue of the lock (KindLock) or election
 // (KindElection) called name, in one linearizable read of its keys followed
 // by one TimeToLive per lease. It writes nothing. A bad kind or name returns
@@ -67,7 +81,7 @@ func Inspect(ctx context.Context, cli *clientv3.Client, kind Kind, name string) 
 	if err := ValidateName(name); err != nil {
 		return Queue{}, fmt.Errorf("fencing: Inspect: %w", err)
 	}
-	qs, err := inspect(ctx, cli, revqueue.Prefix(string(kind), name), func(string) bool { return true })
+	qs, err := inspect(ctx, cli, KeyPrefix(kind, name), func(string) bool { return true })
 	if err != nil {
 		return Queue{}, err
 	}
@@ -96,7 +110,7 @@ func InspectPrefix(ctx context.Context, cli *clientv3.Client, kind Kind, namePre
 	if err := checkKind(cli, kind); err != nil {
 		return nil, fmt.Errorf("fencing: InspectPrefix: %w", err)
 	}
-	return inspect(ctx, cli, "leasehold/"+string(kind)+"/", func(name string) bool { return strings.HasPrefix(name, namePrefix) })
+	return inspect(ctx, cli, KeyPrefix(kind, ""), func(name string) bool { return strings.HasPrefix(name, namePrefix) })
 }
 
 func checkKind(cli *clientv3.Client, kind Kind) error {

@@ -1,0 +1,218 @@
+// Command inspect shows who holds each lock or leads each election, and who
+// waits, as read from etcd: the owner first, then the waiters in the order
+// they will own, with each one's identity, lease, lease time left and age.
+//
+//	inspect --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem jobs/billing
+//	inspect --endpoints 127.0.0.1:2379 --kind election leader-example
+//	inspect --endpoints 127.0.0.1:2379 --prefix jobs/ -o json
+//	inspect --endpoints 127.0.0.1:2379 --watch jobs/billing
+//	inspect --explain --ttl 10s
+//
+// --watch redraws on every change of the keys (and every second, for the
+// TTLs); -o json prints the queues as JSON (one document per redraw).
+// --explain prints the safety budget of a TTL and margin: how long a crashed
+// holder blocks its successor, how long a partitioned one works on.
+// Endpoints may also come from ETCDCTL_ENDPOINTS, as for etcdctl.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type config struct {
+	endpoints, cacert, cert, key string
+	kind, prefix, output         string
+	watch, explain               bool
+	ttl, margin                  time.Duration
+	name                         string
+}
+
+// errUsage marks a command line that cannot run; the message says why.
+var errUsage = errors.New("usage")
+
+const howToConnect = `inspect needs etcd's endpoints: pass --endpoints, or set ETCDCTL_ENDPOINTS.
+  inspect --endpoints 127.0.0.1:2379 NAME
+  inspect --endpoints https://etcd-0:2379,https://etcd-1:2379 --cacert ca.pem --cert me.pem --key me-key.pem NAME
+  inspect --endpoints 127.0.0.1:2379 --prefix ""      (every lock and election)
+The endpoints are the ones your services pass to clientv3 (etcdctl member list shows them).`
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.endpoints, "endpoints", os.Getenv("ETCDCTL_ENDPOINTS"), "comma-separated etcd endpoints")
+	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify etcd's certificate")
+	fs.StringVar(&c.cert, "cert", "", "client certificate for etcd")
+	fs.StringVar(&c.key, "key", "", "client key for etcd")
+	fs.StringVar(&c.kind, "kind", "", `"lock" or "election"; unset: lock for NAME, both for --prefix`)
+	fs.StringVar(&c.prefix, "prefix", "", "show every queue whose name starts with this, instead of NAME")
+	fs.StringVar(&c.output, "o", "table", `output format: "table" or "json"`)
+	fs.BoolVar(&c.watch, "watch", false, "redraw on every change until interrupted")
+	fs.BoolVar(&c.explain, "explain", false, "print the safety budget of --ttl and --margin, and exit")
+	fs.DurationVar(&c.ttl, "ttl", fencing.DefaultTTL, "lease TTL, for --explain")
+	fs.DurationVar(&c.margin, "margin", 0, "safety margin, for --explain; unset: the library's default")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: inspect [--endpoints E] [TLS flags] [--kind K] [-o table|json] [--watch] NAME | --prefix P")
+		fmt.Fprintln(stderr, "       inspect --explain [--ttl D] [--margin D]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	prefixSet := false
+	fs.Visit(func(f *flag.Flag) { prefixSet = prefixSet || f.Name == "prefix" })
+	switch {
+	case c.explain:
+		return c, nil
+	case fs.NArg() > 1 || fs.NArg() == 1 && prefixSet || fs.NArg() == 0 && !prefixSet:
+		fs.Usage()
+		return c, fmt.Errorf("%w: give one NAME or --prefix", errUsage)
+	case c.output != "table" && c.output != "json":
+		return c, fmt.Errorf("%w: -o %q: want table or json", errUsage, c.output)
+	case c.endpoints == "":
+		return c, fmt.Errorf("%w: no endpoints\n%s", errUsage, howToConnect)
+	}
+	c.name = fs.Arg(0)
+	if c.name != "" && c.kind == "" {
+		c.kind = string(fencing.KindLock)
+	}
+	return c, nil
+}
+
+// run is the command, returning its exit status: 0, 1 for a failure to
+// read etcd, 2 for a bad command line.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := parse(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "inspect:", err)
+		}
+		return 2
+	}
+	if c.explain {
+		return explain(c, stdout, stderr)
+	}
+	cli, err := newClient(c)
+	if err != nil {
+		fmt.Fprintln(stderr, "inspect:", err)
+		return 2
+	}
+	defer cli.Close()
+	if c.watch {
+		err = watch(ctx, cli, c, newScreen(stdout, c.output))
+	} else {
+		err = show(ctx, cli, c, newScreen(stdout, c.output))
+	}
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintln(stderr, "inspect:", err)
+		if errors.Is(err, fencing.ErrInvalidArgument) || errors.Is(err, fencing.ErrInvalidName) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func explain(c config, stdout, stderr io.Writer) int {
+	margin := c.margin
+	if margin == 0 {
+		margin = max(c.ttl/10, 500*time.Millisecond) // fencing's default
+	}
+	b, err := fencing.SafetyBudget(c.ttl, c.ttl/3, margin)
+	if err != nil {
+		fmt.Fprintln(stderr, "inspect:", err)
+		return 2
+	}
+	fmt.Fprint(stdout, b)
+	return 0
+}
+
+func newClient(c config) (*clientv3.Client, error) {
+	var tlsCfg *tls.Config
+	if c.cacert != "" || c.cert != "" {
+		var err error
+		info := transport.TLSInfo{TrustedCAFile: c.cacert, CertFile: c.cert, KeyFile: c.key}
+		if tlsCfg, err = info.ClientConfig(); err != nil {
+			return nil, err
+		}
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:   strings.Split(c.endpoints, ","),
+		DialTimeout: 5 * time.Second,
+		TLS:         tlsCfg,
+		Logger:      zap.NewNop(),
+	})
+}
+
+// read returns the queues the command line asks for.
+func read(ctx context.Context, cli *clientv3.Client, c config) ([]fencing.Queue, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if c.name == "" {
+		return fencing.InspectPrefix(ctx, cli, fencing.Kind(c.kind), c.prefix)
+	}
+	q, err := fencing.Inspect(ctx, cli, fencing.Kind(c.kind), c.name)
+	return []fencing.Queue{q}, err
+}
+
+func show(ctx context.Context, cli *clientv3.Client, c config, s *screen) error {
+	qs, err := read(ctx, cli, c)
+	if err != nil {
+		return err
+	}
+	return s.draw(qs, time.Now())
+}
+
+// watch redraws whenever a key under the inspected range changes, and every
+// second for the TTLs. A broken watch (compaction, a lost member) is made
+// again: the next redraw reads everything afresh anyway.
+func watch(ctx context.Context, cli *clientv3.Client, c config, s *screen) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var events clientv3.WatchChan
+	for {
+		if events == nil {
+			events = cli.Watch(clientv3.WithRequireLeader(ctx), fencing.KeyPrefix(fencing.Kind(c.kind), c.name), clientv3.WithPrefix())
+		}
+		if err := show(ctx, cli, c, s); err != nil && ctx.Err() == nil {
+			s.problem(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case resp, ok := <-events:
+			if !ok || resp.Err() != nil {
+				events = nil // made again after the next tick: no busy loop while etcd is away
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-tick.C:
+				}
+			}
+		case <-tick.C:
+		}
+	}
+}

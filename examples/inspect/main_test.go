@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
+)
+
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+// syncBuffer collects a watch's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func inspect(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(etcdtest.Context(t, fencingtest.Wait), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// queue makes an owner and a waiter of the lock name; the waiter's Lock
+// returns when the test ends.
+func queue(t *testing.T, c *etcdtest.Cluster, name string) *fencing.Hold {
+	owner := fencingtest.Lock(t, fencingtest.Session(t, c.Client(t), fencing.WithIdentity("host-a/1")), name)
+	waiter := fencingtest.Mutex(t, fencingtest.Session(t, c.Client(t), fencing.WithIdentity("host-b/2")), name)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h, err := waiter.Lock(t.Context())
+		if err == nil {
+			<-t.Context().Done() // hold until the test ends: every state stays visible
+			h.Unlock(context.Background())
+		}
+	}()
+	t.Cleanup(func() { <-done })
+	etcdtest.WaitFor(t, fencingtest.Wait, "the waiter to queue", func() bool {
+		return len(c.Keys(t, fencing.KeyPrefix(fencing.KindLock, name))) == 2
+	})
+	return owner
+}
+
+func TestNoEndpointsExplainsHowToConnect(t *testing.T) {
+	t.Setenv("ETCDCTL_ENDPOINTS", "")
+	code, _, stderr := inspect(t, "jobs/billing")
+	if code != 2 || !strings.Contains(stderr, "--endpoints") || !strings.Contains(stderr, "ETCDCTL_ENDPOINTS") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if code, _, _ := inspect(t, "--endpoints", "x", "a", "b"); code != 2 {
+		t.Fatalf("two names: exit %d; want 2", code)
+	}
+	if code, _, _ := inspect(t, "--endpoints", "x", "-o", "yaml", "a"); code != 2 {
+		t.Fatalf("-o yaml: exit %d; want 2", code)
+	}
+}
+
+func TestTableShowsOwnerFirst(t *testing.T) {
+	c := etcdtest.Single(t)
+	owner := queue(t, c, "jobs/billing")
+	code, out, stderr := inspect(t, "--endpoints", c.Endpoints()[0], "jobs/billing")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	t.Logf("output:\n%s", out)
+	lines := strings.Split(out, "\n")
+	var rows []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "  owner") || strings.HasPrefix(l, "  waiter") {
+			rows = append(rows, l)
+		}
+	}
+	if !strings.Contains(out, `lock "jobs/billing"`) || len(rows) != 2 {
+		t.Fatalf("output:\n%s", out)
+	}
+	if !strings.Contains(rows[0], owner.Token().String()) || !strings.Contains(rows[0], "host-a/1") || !strings.Contains(rows[1], "host-b/2") {
+		t.Fatalf("owner not first, or identities missing:\n%s", out)
+	}
+	if code, out, _ := inspect(t, "--endpoints", c.Endpoints()[0], "free"); code != 0 || !strings.Contains(out, "free") {
+		t.Fatalf("free lock: exit %d, output:\n%s", code, out)
+	}
+}
+
+// The JSON output decodes into the library's types and encodes back to the
+// same bytes.
+func TestJSONRoundTrips(t *testing.T) {
+	c := etcdtest.Single(t)
+	queue(t, c, "jobs/a")
+	queue(t, c, "jobs/b")
+	code, out, stderr := inspect(t, "--endpoints", c.Endpoints()[0], "--prefix", "jobs/", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var qs []fencing.Queue
+	if err := json.Unmarshal([]byte(out), &qs); err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 2 || qs[0].Name != "jobs/a" || len(qs[1].Entries) != 2 || qs[1].Entries[1].Value != "host-b/2" {
+		t.Fatalf("decoded %+v", qs)
+	}
+	again, err := json.Marshal(qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out) != string(again) {
+		t.Fatalf("round trip changed the JSON:\n%s\n%s", out, again)
+	}
+}
+
+// --watch redraws when the owner hands over.
+func TestWatchRedrawsOnHandover(t *testing.T) {
+	c := etcdtest.Single(t)
+	owner := queue(t, c, "watched")
+	ctx, cancel := context.WithCancel(t.Context())
+	var out syncBuffer
+	done := make(chan int)
+	go func() { done <- run(ctx, []string{"--endpoints", c.Endpoints()[0], "--watch", "watched"}, &out, &out) }()
+	etcdtest.WaitFor(t, fencingtest.Wait, "the first table", func() bool { return strings.Contains(out.String(), "host-b/2") })
+	if err := owner.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, fencingtest.Wait, "a table with the waiter as owner", func() bool {
+		return strings.Contains(out.String(), "1 waiting") && strings.Contains(out.String(), "0 waiting")
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("watch exit %d:\n%s", code, out.String())
+	}
+}
+
+func TestExplainPrintsBudget(t *testing.T) {
+	code, out, _ := inspect(t, "--explain")
+	if code != 0 || !strings.Contains(out, "≤ 10.5s") || !strings.Contains(out, "safety margin 1s") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if code, _, stderr := inspect(t, "--explain", "--ttl", "1s", "--margin", "2s"); code != 2 || !strings.Contains(stderr, "invalid argument") {
+		t.Fatalf("bad budget: exit %d, %s", code, stderr)
+	}
+}

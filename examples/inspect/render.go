@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+)
+
+// screen draws snapshots of queues: as tables, redrawn in place on a
+// terminal, or as JSON, one document per line.
+type screen struct {
+	w     io.Writer
+	json  bool
+	tty   bool // clear the terminal before each redraw
+	drawn bool
+}
+
+func newScreen(w io.Writer, output string) *screen {
+	s := &screen{w: w, json: output == "json"}
+	if f, ok := w.(*os.File); ok && !s.json {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			s.tty = true
+		}
+	}
+	return s
+}
+
+func (s *screen) draw(qs []fencing.Queue, now time.Time) error {
+	if s.json {
+		return json.NewEncoder(s.w).Encode(qs) // one line per snapshot, for jq and scripts
+	}
+	var b strings.Builder
+	switch {
+	case s.tty:
+		b.WriteString("\x1b[H\x1b[2J")
+	case s.drawn:
+		b.WriteString("\n")
+	}
+	s.drawn = true
+	fmt.Fprintf(&b, "%s\n", now.Format(time.DateTime))
+	if len(qs) == 0 {
+		b.WriteString("no locks or elections held or awaited\n")
+	}
+	for _, q := range qs {
+		table(&b, q)
+	}
+	_, err := io.WriteString(s.w, b.String())
+	return err
+}
+
+// problem reports a failed redraw without ending a watch.
+func (s *screen) problem(err error) {
+	if !s.json {
+		fmt.Fprintf(s.w, "(could not read etcd: %v)\n", err)
+	}
+}
+
+// table prints one queue: the owner first, then the waiters in order.
+func table(b *strings.Builder, q fencing.Queue) {
+	fmt.Fprintf(b, "\n%s %q at revision %d: ", q.Kind, q.Name, q.Revision)
+	if len(q.Entries) == 0 {
+		b.WriteString("free\n")
+		return
+	}
+	fmt.Fprintf(b, "%d waiting\n", len(q.Entries)-1)
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ROLE\tTOKEN\tVALUE\tLEASE\tTTL LEFT\tAGE")
+	for i, e := range q.Entries {
+		role := "waiter"
+		if i == 0 {
+			role = map[fencing.Kind]string{fencing.KindElection: "leader"}[q.Kind]
+			if role == "" {
+				role = "owner"
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%x\t%s\t%s\n", role, e.Token, printable(e.Value), int64(e.Lease), ttl(e), age(e))
+	}
+	tw.Flush()
+}
+
+// ttl shows the lease's time left, and flags a holder that missed renewals:
+// a live session renews every third of its TTL.
+func ttl(e fencing.QueueEntry) string {
+	switch {
+	case e.Expired:
+		return "EXPIRED"
+	case e.GrantedTTL == 0:
+		return "-"
+	case e.TTL < e.GrantedTTL/2:
+		return fmt.Sprintf("%v/%v LATE", e.TTL, e.GrantedTTL)
+	}
+	return fmt.Sprintf("%v/%v", e.TTL, e.GrantedTTL)
+}
+
+func age(e fencing.QueueEntry) string {
+	if e.Created.IsZero() {
+		return "?"
+	}
+	return e.Age.Round(time.Second).String()
+}
+
+// printable keeps a value on one line and short.
+func printable(v string) string {
+	v = fmt.Sprintf("%q", v)
+	if len(v) > 42 {
+		v = v[:40] + "…\""
+	}
+	return v
+}
