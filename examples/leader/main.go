@@ -7,7 +7,10 @@
 // Observe, who leads now (503 when nobody does). POST /resign makes this
 // replica step down if it leads (409 otherwise); it then campaigns again, at
 // the back of the queue. POST /proclaim?value=V changes the value the leader
-// advertises (409 if this replica does not lead).
+// advertises (409 if this replica does not lead). GET /metrics serves the
+// replica's Prometheus metrics (see metrics.go): leasehold_owner is 1 while it
+// leads, as far as it knows. GET /healthz is a liveness probe (guard.Health):
+// 503 while the replica still acts as leader past its term's ValidUntil.
 package main
 
 import (
@@ -26,6 +29,9 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -48,7 +54,9 @@ func serve(ctx context.Context, endpoints, listen string) error {
 		return err
 	}
 	defer cli.Close()
-	s, err := fencing.NewSession(ctx, cli)
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	s, err := fencing.NewSession(ctx, cli, fencing.WithObserver(m.observer()))
 	if err != nil {
 		return err
 	}
@@ -58,7 +66,7 @@ func serve(ctx context.Context, endpoints, listen string) error {
 		return err
 	}
 	defer r.wait()
-	srv := &http.Server{Addr: listen, Handler: r}
+	srv := &http.Server{Addr: listen, Handler: withMetrics(r, reg)}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
@@ -67,6 +75,14 @@ func serve(ctx context.Context, endpoints, listen string) error {
 		return err
 	}
 	return nil
+}
+
+// withMetrics serves GET /metrics from g, and every other request from h.
+func withMetrics(h http.Handler, g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("/", h)
+	return mux
 }
 
 // replica campaigns in the background, follows the election with Observe,
@@ -80,6 +96,8 @@ type replica struct {
 	mu   sync.Mutex
 	term *election.Term        // guarded by mu: nil unless this replica leads
 	seen *election.Observation // guarded by mu: the latest observation
+
+	health guard.Health // fails while this replica acts on a term past its ValidUntil
 }
 
 func newReplica(ctx context.Context, s *fencing.Session, name, value string) (*replica, error) {
@@ -91,6 +109,7 @@ func newReplica(ctx context.Context, s *fencing.Session, name, value string) (*r
 	r.mux.HandleFunc("GET /leader", r.leader)
 	r.mux.HandleFunc("POST /resign", r.resign)
 	r.mux.HandleFunc("POST /proclaim", r.proclaim)
+	r.mux.Handle("GET /healthz", &r.health)
 	r.wg.Go(func() { r.campaign(ctx) })
 	r.wg.Go(func() { r.observe(ctx) })
 	return r, nil
@@ -109,6 +128,7 @@ func (r *replica) campaign(ctx context.Context) {
 		if err != nil {
 			return // the session ended, or ctx: this example stops campaigning
 		}
+		untrack := r.health.Track(t)
 		r.mu.Lock()
 		r.term = t
 		r.mu.Unlock()
@@ -120,6 +140,7 @@ func (r *replica) campaign(ctx context.Context) {
 		r.mu.Lock()
 		r.term = nil
 		r.mu.Unlock()
+		untrack()
 	}
 }
 

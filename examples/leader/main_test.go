@@ -84,4 +84,14 @@ func TestReplicas(t *testing.T) {
 		code, l := get(t, lead)
 		return code == 200 && l.Value == "b2" && !l.Self
 	})
+	for _, srv := range srvs {
+		resp, err := srv.Client().Get(srv.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("healthz of a replica in good standing: %d", resp.StatusCode)
+		}
+	}
 }
