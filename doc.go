@@ -35,4 +35,17 @@
 //	// guard.Txn(ctx, h) makes writes into etcd that commit only while h holds.
 //
 // For a singleton worker across replicas, use election.Run.
+//
+// # Operating it
+//
+// fencing.Inspect and election.Inspect show a queue as etcd holds it (the
+// owner, then the waiters, with identity, lease TTL left and age), and the
+// command examples/inspect prints them. fencing.WithObserver reports every
+// acquisition, release, loss, renewal and refused write, for metrics;
+// fencing.WithLogger logs them with log/slog. guard.Health is a liveness
+// probe that fails while a process acts on an ownership past its ValidUntil.
+// fencing.SafetyBudget computes the worst cases of a TTL and margin: for the
+// defaults, a crashed holder's lock is taken over within 10.5 s, and a
+// partitioned holder's context ends within 9 s, at least 1 s before anyone
+// else can own.
 package leasehold
