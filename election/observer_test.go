@@ -1,6 +1,7 @@
 package election_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -51,6 +52,42 @@ func TestTermReportsEachEventOnce(t *testing.T) {
 		}
 		if !errors.Is(r.Rejected[0].Cause, guard.ErrNotOwner) || r.Rejected[0].Token != lost.Token() {
 			t.Errorf("rejection %+v; want the lost term's ErrNotOwner", r.Rejected[0])
+		}
+	})
+}
+
+// A term Run loses while its session lives on (its key deleted) is reported
+// lost once; the term Run then wins is reported released when Run resigns.
+func TestRunReportsLostTerm(t *testing.T) {
+	c := etcdtest.Single(t)
+	var rec fencingtest.Recorder
+	terms := make(chan *election.Term, 2)
+	work := func(ctx context.Context, term *election.Term) error {
+		terms <- term
+		<-ctx.Done()
+		return nil
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- election.Run(ctx, c.Client(t), "run-observed", "v", work, election.WithObserver(rec.Observer()))
+	}()
+	first := <-terms
+	c.Delete(t, first.Key())
+	second := <-terms
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	rec.Snapshot(func(r *fencingtest.Recorder) {
+		if len(r.Acquired) != 2 || len(r.Lost) != 1 || len(r.Released) != 1 {
+			t.Fatalf("acquired %d, lost %d, released %d; want 2, 1, 1", len(r.Acquired), len(r.Lost), len(r.Released))
+		}
+		if r.Lost[0].Token != first.Token() || r.Released[0].Token != second.Token() {
+			t.Fatalf("lost %v, released %v; want %v, %v", r.Lost[0].Token, r.Released[0].Token, first.Token(), second.Token())
+		}
+		if !errors.Is(r.Lost[0].Cause, guard.ErrOwnerKeyGone) {
+			t.Fatalf("loss cause %v; want ErrOwnerKeyGone", r.Lost[0].Cause)
 		}
 	})
 }

@@ -72,9 +72,8 @@ func WithObserver(o fencing.Observer) RunOption {
 	return func(c *runConfig) { c.session = append(c.session, fencing.WithObserver(o)) }
 }
 
-// WithHealth makes Run track each term in h from the moment work starts
-// until the term is resigned or work has returned after losing it, so that
-// h fails while a work outlives its term (see guard.Health).
+// WithHealth makes Run track each term in h while its work runs, so that h
+// fails while a work outlives its term (see guard.Health).
 func WithHealth(h *guard.Health) RunOption {
 	return func(c *runConfig) { c.health, c.healthSet = h, true }
 }
@@ -212,11 +211,13 @@ func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
 	if r.cfg.started != nil {
 		r.cfg.started(t)
 	}
+	wctx, stop := guard.Watch(ctx, t)
+	defer stop()
 	untrack := func() {}
 	if h := r.cfg.health; h != nil {
-		untrack = h.Track(t)
+		untrack = h.Track(wctx, t)
+		defer untrack() // also if work panics
 	}
-	wctx, stop := guard.Watch(ctx, t)
 	err := r.work(wctx, t)
 	policy := r.cfg.onSuccess
 	if err != nil {
@@ -229,7 +230,9 @@ func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
 	lost := wctx.Err() != nil && ctx.Err() == nil
 	cause := context.Cause(wctx)
 	stop()
-	if !lost {
+	if lost {
+		t.life.Lose(cause) // with the session alive (a deleted key), nothing else reports it
+	} else {
 		cause = r.resign(ctx, t)
 	}
 	level := slog.LevelDebug

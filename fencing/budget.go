@@ -29,8 +29,9 @@ type Budget struct {
 	// after the send of the last acknowledged renewal. Its successor cannot
 	// own before Margin more has passed.
 	PartitionedWork time.Duration
-	// RetryWindow is how long renewals may fail, after the first failed
-	// one, before the session gives up: TTL − Margin − Renewal.
+	// RetryWindow is how long renewals may keep failing, from the send of
+	// the first failed one, before the session gives up: TTL − Margin −
+	// Renewal.
 	RetryWindow time.Duration
 	// Pause bounds how long a process may pause between finding itself
 	// owner (its context alive, ValidUntil ahead) and a write elsewhere, and

@@ -40,7 +40,7 @@ var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 
 func newHold(m *Mutex, e *revqueue.Entry, start time.Time) *Hold {
 	t := Token{Name: m.name, Revision: e.Rev}
-	return &Hold{s: m.s, token: t, key: e.Key, life: m.s.Track(KindLock, t, time.Since(start))}
+	return &Hold{s: m.s, token: t, key: e.Key, life: m.s.Track(KindLock, t, e.Key, time.Since(start))}
 }
 
 // Token returns the hold's fencing token: greater than the token of every

@@ -33,9 +33,10 @@ type QueueEntry struct {
 	// a lock, the candidate's value for an election.
 	Value string           `json:"value"`
 	Lease clientv3.LeaseID `json:"lease"`
-	// TTL is the lease's time left, read after the keys (TimeToLive), and
-	// GrantedTTL its full TTL. A live session keeps TTL above two thirds of
-	// GrantedTTL; lower means its holder has missed renewals.
+	// TTL is the lease's time left, read after the keys (TimeToLive, which
+	// truncates to whole seconds), and GrantedTTL its full TTL. A live
+	// session renews every third of its TTL, so TTL stays at or above two
+	// thirds of GrantedTTL less a second; lower means missed renewals.
 	TTL        time.Duration `json:"ttl_ns"`
 	GrantedTTL time.Duration `json:"granted_ttl_ns"`
 	// Expired says the lease was gone when its TTL was read: the key is
@@ -59,7 +60,8 @@ func (q Queue) Owner() (QueueEntry, bool) {
 // KeyPrefix returns the etcd key range that holds the queue of the lock or
 // election called name, for tools that read or watch it: every key of the
 // queue, and no other, starts with it. An empty name gives the range of
-// every queue of kind, and an empty kind that of every queue.
+// every queue of kind; an empty kind gives "leasehold/", which holds every
+// queue and whatever else was put under it (a Gate store's keys, say).
 func KeyPrefix(kind Kind, name string) string {
 	switch {
 	case kind == "":
@@ -81,12 +83,12 @@ func Inspect(ctx context.Context, cli *clientv3.Client, kind Kind, name string) 
 	if err := ValidateName(name); err != nil {
 		return Queue{}, fmt.Errorf("fencing: Inspect: %w", err)
 	}
-	qs, err := inspect(ctx, cli, KeyPrefix(kind, name), func(string) bool { return true })
+	qs, rev, err := inspect(ctx, cli, KeyPrefix(kind, name), func(string) bool { return true })
 	if err != nil {
 		return Queue{}, err
 	}
 	if len(qs) == 0 {
-		return Queue{Kind: kind, Name: name, Entries: []QueueEntry{}}, nil
+		return Queue{Kind: kind, Name: name, Revision: rev, Entries: []QueueEntry{}}, nil
 	}
 	return qs[0], nil
 }
@@ -110,7 +112,8 @@ func InspectPrefix(ctx context.Context, cli *clientv3.Client, kind Kind, namePre
 	if err := checkKind(cli, kind); err != nil {
 		return nil, fmt.Errorf("fencing: InspectPrefix: %w", err)
 	}
-	return inspect(ctx, cli, KeyPrefix(kind, ""), func(name string) bool { return strings.HasPrefix(name, namePrefix) })
+	qs, _, err := inspect(ctx, cli, KeyPrefix(kind, ""), func(name string) bool { return strings.HasPrefix(name, namePrefix) })
+	return qs, err
 }
 
 func checkKind(cli *clientv3.Client, kind Kind) error {
@@ -124,24 +127,24 @@ func checkKind(cli *clientv3.Client, kind Kind) error {
 }
 
 // inspect reads every key under prefix whose name passes keep, grouped by
-// name, then the leases' TTLs.
-func inspect(ctx context.Context, cli *clientv3.Client, prefix string, keep func(name string) bool) ([]Queue, error) {
-	qs, err := readQueues(ctx, cli, prefix, keep)
+// name, then the leases' TTLs. It returns the revision of the read too.
+func inspect(ctx context.Context, cli *clientv3.Client, prefix string, keep func(name string) bool) ([]Queue, int64, error) {
+	qs, rev, err := readQueues(ctx, cli, prefix, keep)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := readLeases(ctx, cli, qs); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return qs, nil
+	return qs, rev, nil
 }
 
 // readQueues groups the keys under prefix by name, each group in create
-// revision order.
-func readQueues(ctx context.Context, cli *clientv3.Client, prefix string, keep func(string) bool) ([]Queue, error) {
+// revision order, and returns the revision of the read.
+func readQueues(ctx context.Context, cli *clientv3.Client, prefix string, keep func(string) bool) ([]Queue, int64, error) {
 	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("fencing: inspect %q: %w", prefix, err)
+		return nil, 0, fmt.Errorf("fencing: inspect %q: %w", prefix, err)
 	}
 	now := time.Now()
 	byName := map[string]*Queue{}
@@ -164,7 +167,7 @@ func readQueues(ctx context.Context, cli *clientv3.Client, prefix string, keep f
 	for i, q := range qs {
 		out[i] = *q
 	}
-	return out, nil
+	return out, resp.Header.Revision, nil
 }
 
 func entry(kv *mvccpb.KeyValue, name string, created, now time.Time) QueueEntry {

@@ -74,7 +74,7 @@ func TestInspectMarksExpiredWaiter(t *testing.T) {
 	ss := queueOfThree(t, c, "expiring")
 	ctx := etcdtest.Context(t, wait)
 	keep := func(string) bool { return true }
-	qs, err := fencing.ReadQueues(ctx, c.Admin, revqueue.Prefix("lock", "expiring"), keep)
+	qs, _, err := fencing.ReadQueues(ctx, c.Admin, revqueue.Prefix("lock", "expiring"), keep)
 	if err != nil || len(qs) != 1 || len(qs[0].Entries) != 3 {
 		t.Fatalf("ReadQueues = %+v, %v", qs, err)
 	}
@@ -142,7 +142,7 @@ func TestInspectRejectsBadInput(t *testing.T) {
 	if _, err := fencing.InspectPrefix(ctx, c.Admin, "mutex", ""); !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Errorf("InspectPrefix of a bad kind: %v", err)
 	}
-	if q, err := fencing.Inspect(ctx, c.Admin, fencing.KindLock, "free"); err != nil || len(q.Entries) != 0 {
+	if q, err := fencing.Inspect(ctx, c.Admin, fencing.KindLock, "free"); err != nil || len(q.Entries) != 0 || q.Revision == 0 {
 		t.Errorf("Inspect of a free lock = %+v, %v", q, err)
 	}
 }

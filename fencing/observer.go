@@ -2,9 +2,13 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/ownwatch"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -18,14 +22,16 @@ const (
 )
 
 // Observer receives the events of a session and of every ownership made on
-// it, for metrics. Any field may be nil. Callbacks run synchronously, on the
-// goroutine that made or noticed the event, and must return quickly without
-// calling back into the session.
+// it, for metrics. Any field may be nil. Callbacks run on the goroutine that
+// made or noticed the event, so several may run at once; they must return
+// quickly and must not call methods of the session or of the ownership they
+// report (some run while its lock is held).
 //
-// Each ownership reports OnAcquire once, then exactly one of OnRelease or
-// OnLoss. A loss is reported when this process learns of it: the session
-// ended, the owner's watched context ended (Hold.Context), or Unlock or
-// Resign found the key gone.
+// Each ownership reports OnAcquire once, then exactly one of OnRelease
+// (Unlock, Resign, or the session closed) or OnLoss. A loss is reported when
+// this process learns of it: the session ended, the owner's watched context
+// ended (Hold.Context, Term.Context, Run), a guarded txn found the owner's key
+// gone, or Unlock or Resign did.
 type Observer struct {
 	OnAcquire func(AcquireEvent)
 	OnRelease func(ReleaseEvent)
@@ -102,39 +108,43 @@ type Tenure struct {
 	token Token
 	start time.Time
 	ended atomic.Bool
-	stop  func() bool // stops the report of the session's end
+
+	mu         sync.Mutex  // held by Track until both are set
+	stop       func() bool // stops the report of the session's end
+	unregister func()      // stops the reports of losses proven by guarded txns
 }
 
-// Track reports an ownership of kind with token t, acquired after waiting
-// wait, to the session's observer and logger, and reports its loss if the
-// session ends first. End it with Release or Lose.
-func (s *Session) Track(kind Kind, t Token, wait time.Duration) *Tenure {
+// Track reports an ownership of kind with token t and key key, acquired after
+// waiting wait, to the session's observer and logger. It then reports the
+// ownership's end when the session ends (closing it is a release, any other
+// end a loss) or when a guarded txn in this process proves key lost, unless
+// Release or Lose reported it first.
+func (s *Session) Track(kind Kind, t Token, key string, wait time.Duration) *Tenure {
 	tn := &Tenure{s: s, kind: kind, token: t, start: time.Now()}
 	s.log.Debug("acquired", "kind", kind, "name", t.Name, "token", t, "wait", wait)
 	if f := s.obs.OnAcquire; f != nil {
 		f(AcquireEvent{Kind: kind, Token: t, Lease: s.id, Wait: wait})
 	}
-	tn.stop = context.AfterFunc(s.ctx, func() {
-		// May run before Track returns (a session already ended): not stop.
-		if tn.ended.CompareAndSwap(false, true) {
-			tn.lost(context.Cause(s.ctx))
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	tn.unregister = ownwatch.Register(key, func(cause error) {
+		if errors.Is(cause, ownwatch.ErrKeyGone) { // not Unlock's own notice
+			tn.Lose(cause)
 		}
 	})
+	// Runs in its own goroutine, which waits for mu if the session has
+	// already ended.
+	tn.stop = context.AfterFunc(s.ctx, func() { tn.Lose(context.Cause(s.ctx)) })
 	return tn
 }
 
 // Release reports the ownership given up, unless its end was reported.
-func (tn *Tenure) Release() {
-	if !tn.ended.CompareAndSwap(false, true) {
-		return
-	}
-	tn.stop()
-	held := time.Since(tn.start)
-	tn.s.log.Debug("released", "kind", tn.kind, "name", tn.token.Name, "token", tn.token, "held", held)
-	if f := tn.s.obs.OnRelease; f != nil {
-		f(ReleaseEvent{Kind: tn.kind, Token: tn.token, Lease: tn.s.id, Held: held})
-	}
-}
+func (tn *Tenure) Release() { tn.end(nil) }
+
+// Lose reports the ownership lost with cause, unless its end was reported. A
+// cause wrapping ErrSessionClosed is reported as a release: the session was
+// closed on purpose, which gives up its ownerships.
+func (tn *Tenure) Lose(cause error) { tn.end(cause) }
 
 // Watch reports the ownership lost when ctx, a context that ends when the
 // ownership can no longer be proven, ends with a cause other than released.
@@ -146,17 +156,23 @@ func (tn *Tenure) Watch(ctx context.Context, released error) {
 	})
 }
 
-// Lose reports the ownership lost with cause, unless its end was reported.
-func (tn *Tenure) Lose(cause error) {
+func (tn *Tenure) end(cause error) {
 	if !tn.ended.CompareAndSwap(false, true) {
 		return
 	}
+	tn.mu.Lock()
 	tn.stop()
-	tn.lost(cause)
-}
-
-func (tn *Tenure) lost(cause error) {
-	held, early := time.Since(tn.start), tn.s.early()
+	tn.unregister()
+	tn.mu.Unlock()
+	held := time.Since(tn.start)
+	if cause == nil || errors.Is(cause, ErrSessionClosed) {
+		tn.s.log.Debug("released", "kind", tn.kind, "name", tn.token.Name, "token", tn.token, "held", held)
+		if f := tn.s.obs.OnRelease; f != nil {
+			f(ReleaseEvent{Kind: tn.kind, Token: tn.token, Lease: tn.s.id, Held: held})
+		}
+		return
+	}
+	early := tn.s.early()
 	tn.s.log.Warn("lost", "kind", tn.kind, "name", tn.token.Name, "token", tn.token, "held", held,
 		"cause", cause, slog.Duration("early", early))
 	if f := tn.s.obs.OnLoss; f != nil {
@@ -178,8 +194,8 @@ func (s *Session) early() time.Duration {
 // reportRenewal tells the observer about one renewal attempt sent at sent.
 func (s *Session) reportRenewal(sent time.Time, err error) {
 	f := s.obs.OnRenew
-	if f == nil {
-		return
+	if f == nil || s.ctx.Err() != nil {
+		return // an attempt cut short by the session's end is no renewal failure
 	}
 	now := time.Now()
 	f(RenewEvent{Lease: s.id, RoundTrip: now.Sub(sent), Margin: s.ValidUntil().Sub(now), Err: err})

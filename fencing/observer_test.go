@@ -54,17 +54,24 @@ func TestObserverSeesEachEventOnce(t *testing.T) {
 	plain.Unlock(ctx)
 	s.Close(ctx)
 
+	// Closing a session gives up its holds: releases, not losses.
+	closing := newSession(t, c.Client(t), fencing.WithObserver(rec.Observer()))
+	open := lock(t, newMutex(t, closing, "open-at-close"))
+	closing.Close(ctx)
+	open.Unlock(ctx)
+	waitCounts(t, &rec, "the release at Close", func(c [5]int) bool { return c[1] == 2 })
+
 	rec.Snapshot(func(r *fencingtest.Recorder) {
-		if len(r.Acquired) != 4 || len(r.Released) != 1 || len(r.Lost) != 3 {
-			t.Fatalf("acquired %d, released %d, lost %d; want 4, 1, 3", len(r.Acquired), len(r.Released), len(r.Lost))
+		if len(r.Acquired) != 5 || len(r.Released) != 2 || len(r.Lost) != 3 {
+			t.Fatalf("acquired %d, released %d, lost %d; want 5, 2, 3", len(r.Acquired), len(r.Released), len(r.Lost))
 		}
-		for i, e := range r.Acquired {
+		for i, e := range r.Acquired[:4] {
 			if e.Kind != fencing.KindLock || e.Lease != s.Lease() || e.Token.Revision <= 0 {
 				t.Errorf("acquired[%d] = %+v", i, e)
 			}
 		}
-		if r.Released[0].Token != released.Token() {
-			t.Errorf("released %v; want %v", r.Released[0].Token, released.Token())
+		if r.Released[0].Token != released.Token() || r.Released[1].Token != open.Token() {
+			t.Errorf("released %v, %v; want %v, %v", r.Released[0].Token, r.Released[1].Token, released.Token(), open.Token())
 		}
 		causes := map[string]error{}
 		for _, e := range r.Lost {

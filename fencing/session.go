@@ -200,16 +200,17 @@ func (s *Session) checkExpiry() {
 // renewed extends validUntil after a renewal sent at sent was acknowledged
 // with ttl. A reply that arrives after validUntil passed cannot revive the
 // session: its holds may already have been given up.
-func (s *Session) renewed(sent time.Time, ttl time.Duration) {
+func (s *Session) renewed(sent time.Time, ttl time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil || !time.Now().Before(s.validUntil) {
-		return
+		return false
 	}
 	if until := sent.Add(ttl - s.margin); until.After(s.validUntil) {
 		s.validUntil = until
 		s.expiry.Reset(time.Until(until))
 	}
+	return true
 }
 
 // keepAlive renews the lease every period. Each renewal is one KeepAliveOnce
@@ -232,8 +233,9 @@ func (s *Session) keepAlive() {
 		cancel()
 		switch {
 		case err == nil:
-			s.renewed(sent, time.Duration(resp.TTL)*time.Second)
-			s.reportRenewal(sent, nil)
+			if s.renewed(sent, time.Duration(resp.TTL)*time.Second) {
+				s.reportRenewal(sent, nil)
+			}
 			wait = s.period - time.Since(sent)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.reportRenewal(sent, err)

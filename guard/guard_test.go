@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -218,4 +219,29 @@ func TestDoJoinsLossCause(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, guard.ErrOwnerKeyGone) {
 		t.Fatalf("Do = %v; want context.Canceled joined with ErrOwnerKeyGone", err)
 	}
+}
+
+// A guarded txn that finds the key gone reports the rejection and the
+// hold's loss, each once, though nothing watched the hold.
+func TestTxnReportsRejectionAndLoss(t *testing.T) {
+	c := etcdtest.Single(t)
+	var rec fencingtest.Recorder
+	s := newSession(t, c.Client(t), fencing.WithObserver(rec.Observer()))
+	h := lock(t, s, "reported")
+	c.Delete(t, h.Key())
+	ctx := etcdtest.Context(t, wait)
+	for range 2 {
+		if _, err := guard.Put(ctx, h, "reported-data", "x"); !errors.Is(err, guard.ErrNotOwner) {
+			t.Fatalf("Put after the key was deleted: %v; want ErrNotOwner", err)
+		}
+	}
+	h.Unlock(ctx)
+	rec.Snapshot(func(r *fencingtest.Recorder) {
+		if len(r.Rejected) != 2 || len(r.Lost) != 1 || len(r.Released) != 0 {
+			t.Fatalf("rejected %d, lost %d, released %d; want 2, 1, 0", len(r.Rejected), len(r.Lost), len(r.Released))
+		}
+		if !errors.Is(r.Lost[0].Cause, guard.ErrOwnerKeyGone) || r.Lost[0].Token != h.Token() {
+			t.Fatalf("loss %+v; want %v with ErrOwnerKeyGone", r.Lost[0], h.Token())
+		}
+	})
 }

@@ -1,60 +1,81 @@
 package guard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // ErrOverdue is returned by Health.Check while a process still acts on an
-// ownership whose session's ValidUntil has passed: its work ignored its
-// context, and may write after a successor took over.
-var ErrOverdue = errors.New("guard: acting on an ownership past its ValidUntil")
+// ownership that has ended (its session's ValidUntil passed, or its context
+// ended): its work ignored its context, and may write after a successor
+// took over.
+var ErrOverdue = errors.New("guard: acting on an ownership that has ended")
 
 // Health tells a liveness probe whether this process acts only on
 // ownerships it can still prove. Between Track and its done, the process
-// believes it owns o (a leader runs its work); once o's session's
-// ValidUntil has passed and done has not been called, Check fails. Unlike a
-// check on the time since the last renewal, it needs no tolerance to tune:
-// ValidUntil already is the conservative deadline, and a work that honours
-// its context returns as it passes.
+// acts on an ownership (a leader runs its work); once the ownership has
+// ended, by its session's ValidUntil or by its context, and done has not been
+// called within Grace, Check fails. Unlike a check on the time since the last
+// renewal, it guesses nothing: ValidUntil already is the conservative
+// deadline.
 //
 // Owning nothing is healthy. The zero Health is ready to use and safe for
 // concurrent use.
 type Health struct {
+	// Grace is how long work may take to return after its ownership ended
+	// before Check fails. Zero fails at once; a probe that allows a few
+	// failures in a row (Kubernetes allows three) absorbs the moment
+	// between a loss and a well-behaved work's return.
+	Grace time.Duration
+
 	mu     sync.Mutex
-	owners map[*Owner]struct{} // guarded by mu: what the process acts on now
+	owners map[*tracked]struct{} // guarded by mu: what the process acts on now
 }
 
-// Track records that the process acts on o from now until done is called.
-// Calling done more than once is harmless.
-func (h *Health) Track(o Owner) (done func()) {
-	key := &o
+type tracked struct {
+	o     Owner
+	ended atomic.Int64 // UnixNano when the context ended; 0 before
+}
+
+// Track records that the process acts on o, under ctx (the context its work
+// runs with: Hold.Context, Term.Context or Watch's), from now until done is
+// called. Calling done more than once is harmless.
+func (h *Health) Track(ctx context.Context, o Owner) (done func()) {
+	t := &tracked{o: o}
+	stop := context.AfterFunc(ctx, func() { t.ended.Store(time.Now().UnixNano()) })
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.owners == nil {
-		h.owners = make(map[*Owner]struct{})
+		h.owners = make(map[*tracked]struct{})
 	}
-	h.owners[key] = struct{}{}
+	h.owners[t] = struct{}{}
 	return func() {
+		stop()
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		delete(h.owners, key)
+		delete(h.owners, t)
 	}
 }
 
-// Check returns nil unless the process still acts on an ownership whose
-// session's ValidUntil has passed: then an error wrapping ErrOverdue that
-// names its token and how long ago ValidUntil passed.
+// Check returns nil unless the process still acts on an ownership that ended
+// more than Grace ago: then an error wrapping ErrOverdue that names its token
+// and how long ago it ended.
 func (h *Health) Check() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()
-	for o := range h.owners {
-		if until := (*o).Session().ValidUntil(); !now.Before(until) {
-			return fmt.Errorf("%w: %v, %v after ValidUntil", ErrOverdue, (*o).Token(), now.Sub(until).Round(time.Millisecond))
+	for t := range h.owners {
+		end := t.o.Session().ValidUntil()
+		if e := t.ended.Load(); e != 0 && e < end.UnixNano() {
+			end = time.Unix(0, e)
+		}
+		if late := now.Sub(end); late >= h.Grace {
+			return fmt.Errorf("%w: %v, ended %v ago", ErrOverdue, t.o.Token(), late.Round(time.Millisecond))
 		}
 	}
 	return nil

@@ -31,7 +31,7 @@ func TestHealthFlipsWhenHolderIsBlackholed(t *testing.T) {
 		t.Fatalf("probe owning nothing: %d; want 200", code)
 	}
 	hold := lock(t, s, "health")
-	done := h.Track(hold)
+	done := h.Track(hold.Context(), hold)
 	if err := h.Check(); err != nil {
 		t.Fatalf("Check while holding: %v", err)
 	}
@@ -47,5 +47,27 @@ func TestHealthFlipsWhenHolderIsBlackholed(t *testing.T) {
 	done()
 	if code := probe(&h); code != http.StatusOK {
 		t.Fatalf("probe after the work stopped: %d; want 200", code)
+	}
+}
+
+// A hold whose key is deleted while its session lives on has ended too: the
+// probe fails once Grace has passed since its context ended.
+func TestHealthFlipsWhenKeyIsDeleted(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	hold := lock(t, s, "health-deleted")
+	patient := guard.Health{Grace: time.Hour}
+	var strict guard.Health
+	doneStrict := strict.Track(hold.Context(), hold)
+	donePatient := patient.Track(hold.Context(), hold)
+	c.Delete(t, hold.Key())
+	etcdtest.WaitFor(t, wait, "the probe to fail", func() bool { return errors.Is(strict.Check(), guard.ErrOverdue) })
+	if err := patient.Check(); err != nil {
+		t.Fatalf("Check within Grace: %v", err)
+	}
+	doneStrict()
+	donePatient()
+	if err := strict.Check(); err != nil {
+		t.Fatalf("Check after done: %v", err)
 	}
 }

@@ -77,7 +77,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintln(stderr, "       inspect --explain [--ttl D] [--margin D]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	names, err := parseInterspersed(fs, args)
+	if err != nil {
 		return c, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	prefixSet := false
@@ -85,19 +86,43 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	switch {
 	case c.explain:
 		return c, nil
-	case fs.NArg() > 1 || fs.NArg() == 1 && prefixSet || fs.NArg() == 0 && !prefixSet:
+	case len(names) > 1 || len(names) == 1 && prefixSet || len(names) == 0 && !prefixSet:
 		fs.Usage()
 		return c, fmt.Errorf("%w: give one NAME or --prefix", errUsage)
 	case c.output != "table" && c.output != "json":
 		return c, fmt.Errorf("%w: -o %q: want table or json", errUsage, c.output)
+	case c.kind != "" && c.kind != string(fencing.KindLock) && c.kind != string(fencing.KindElection):
+		return c, fmt.Errorf("%w: --kind %q: want lock or election", errUsage, c.kind)
+	case (c.cert == "") != (c.key == ""):
+		return c, fmt.Errorf("%w: --cert and --key go together", errUsage)
 	case c.endpoints == "":
 		return c, fmt.Errorf("%w: no endpoints\n%s", errUsage, howToConnect)
 	}
-	c.name = fs.Arg(0)
-	if c.name != "" && c.kind == "" {
-		c.kind = string(fencing.KindLock)
+	if len(names) == 1 {
+		c.name = names[0]
+		if err := fencing.ValidateName(c.name); err != nil {
+			return c, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if c.kind == "" {
+			c.kind = string(fencing.KindLock)
+		}
 	}
 	return c, nil
+}
+
+// parseInterspersed parses flags given before or after the positional
+// arguments ("inspect NAME --watch"), and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var names []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return names, nil
+		}
+		names, args = append(names, fs.Arg(0)), fs.Args()[1:]
+	}
 }
 
 // run is the command, returning its exit status: 0, 1 for a failure to
@@ -134,12 +159,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// explain prints the budget of the session NewSession would make with
+// WithTTL(c.ttl) and WithSafetyMargin(c.margin), and refuses what it would.
 func explain(c config, stdout, stderr io.Writer) int {
+	if c.ttl < fencing.MinTTL {
+		fmt.Fprintf(stderr, "inspect: --ttl %v is below the minimum, %v\n", c.ttl, fencing.MinTTL)
+		return 2
+	}
+	ttl := (c.ttl + time.Second - 1).Truncate(time.Second) // etcd grants whole seconds
 	margin := c.margin
 	if margin == 0 {
-		margin = max(c.ttl/10, 500*time.Millisecond) // fencing's default
+		margin = max(ttl/10, 500*time.Millisecond) // fencing's default
 	}
-	b, err := fencing.SafetyBudget(c.ttl, c.ttl/3, margin)
+	if margin >= ttl/2 {
+		fmt.Fprintf(stderr, "inspect: --margin %v: must be below half the TTL, %v\n", margin, ttl/2)
+		return 2
+	}
+	b, err := fencing.SafetyBudget(ttl, ttl/3, margin)
 	if err != nil {
 		fmt.Fprintln(stderr, "inspect:", err)
 		return 2
@@ -184,9 +220,14 @@ func show(ctx context.Context, cli *clientv3.Client, c config, s *screen) error 
 	return s.draw(qs, time.Now())
 }
 
-// watch redraws whenever a key under the inspected range changes, and every
-// second for the TTLs. A broken watch (compaction, a lost member) is made
-// again: the next redraw reads everything afresh anyway.
+// minRedraw spaces redraws: a busy lock changes faster than anyone reads,
+// and each redraw reads every key and lease.
+const minRedraw = 250 * time.Millisecond
+
+// watch redraws whenever a key under the inspected range changes (at most
+// every minRedraw), and every second for the TTLs. A broken watch
+// (compaction, a lost member) is made again: the next redraw reads
+// everything afresh anyway.
 func watch(ctx context.Context, cli *clientv3.Client, c config, s *screen) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -197,6 +238,7 @@ func watch(ctx context.Context, cli *clientv3.Client, c config, s *screen) error
 		if events == nil {
 			events = cli.Watch(clientv3.WithRequireLeader(ctx), fencing.KeyPrefix(fencing.Kind(c.kind), c.name), clientv3.WithPrefix())
 		}
+		drawn := time.Now()
 		if err := show(ctx, cli, c, s); err != nil && ctx.Err() == nil {
 			s.problem(err)
 		}
@@ -212,7 +254,38 @@ func watch(ctx context.Context, cli *clientv3.Client, c config, s *screen) error
 				case <-tick.C:
 				}
 			}
+			// Let the changes of the next moment pile up into one redraw.
+			if !pause(ctx, time.Until(drawn.Add(minRedraw))) {
+				return nil
+			}
+			drain(events)
 		case <-tick.C:
+		}
+	}
+}
+
+// pause waits for d, or returns false when ctx ends first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// drain discards the events already received: the redraw reads them all.
+func drain(events clientv3.WatchChan) {
+	for {
+		select {
+		case resp, ok := <-events:
+			if !ok || resp.Err() != nil {
+				return // broken: the loop sees it on its next receive, as the channel closes
+			}
+		default:
+			return
 		}
 	}
 }

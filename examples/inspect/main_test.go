@@ -153,7 +153,35 @@ func TestExplainPrintsBudget(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "≤ 10.5s") || !strings.Contains(out, "safety margin 1s") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	if code, _, stderr := inspect(t, "--explain", "--ttl", "1s", "--margin", "2s"); code != 2 || !strings.Contains(stderr, "invalid argument") {
-		t.Fatalf("bad budget: exit %d, %s", code, stderr)
+	if code, out, _ := inspect(t, "--explain", "--ttl", "2500ms"); code != 0 || !strings.Contains(out, "lease TTL 3s") {
+		t.Fatalf("TTL rounded up as etcd does: exit %d:\n%s", code, out)
+	}
+}
+
+func TestBadCommandLinesExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"--endpoints", "x", "--kind", "mutex", "a"},
+		{"--endpoints", "x", "--cert", "c.pem", "a"},
+		{"--endpoints", "x", "bad\x00name"},
+		{"--endpoints", "x", "--prefix", "p", "a"},
+		{"--explain", "--ttl", "1s"},
+		{"--explain", "--ttl", "4s", "--margin", "2s"},
+	} {
+		if code, _, stderr := inspect(t, args...); code != 2 || stderr == "" {
+			t.Errorf("inspect %q: exit %d, stderr %q; want 2 and a reason", args, code, stderr)
+		}
+	}
+}
+
+// Flags may follow the name, and printable values stay on one line.
+func TestFlagsAfterName(t *testing.T) {
+	c := etcdtest.Single(t)
+	queue(t, c, "after")
+	code, out, stderr := inspect(t, "after", "--endpoints", c.Endpoints()[0], "-o", "json")
+	if code != 0 || !strings.HasPrefix(out, "[") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	if got := printable(strings.Repeat("é", 50) + "\n"); strings.Contains(got, "\n") || !strings.HasSuffix(got, "…\"") {
+		t.Fatalf("printable = %s", got)
 	}
 }

@@ -92,7 +92,7 @@ func ttl(e fencing.QueueEntry) string {
 		return "EXPIRED"
 	case e.GrantedTTL == 0:
 		return "-"
-	case e.TTL < e.GrantedTTL/2:
+	case e.TTL+time.Second < e.GrantedTTL*2/3: // see fencing.QueueEntry.TTL
 		return fmt.Sprintf("%v/%v LATE", e.TTL, e.GrantedTTL)
 	}
 	return fmt.Sprintf("%v/%v", e.TTL, e.GrantedTTL)
@@ -107,9 +107,8 @@ func age(e fencing.QueueEntry) string {
 
 // printable keeps a value on one line and short.
 func printable(v string) string {
-	v = fmt.Sprintf("%q", v)
-	if len(v) > 42 {
-		v = v[:40] + "…\""
+	if r := []rune(v); len(r) > 40 {
+		v = string(r[:40]) + "…"
 	}
-	return v
+	return fmt.Sprintf("%q", v)
 }

@@ -128,7 +128,7 @@ func (r *replica) campaign(ctx context.Context) {
 		if err != nil {
 			return // the session ended, or ctx: this example stops campaigning
 		}
-		untrack := r.health.Track(t)
+		untrack := r.health.Track(t.Context(), t)
 		r.mu.Lock()
 		r.term = t
 		r.mu.Unlock()

@@ -13,11 +13,12 @@ import (
 )
 
 // BenchmarkUncontended measures Lock+Unlock, and TryLock+Unlock, with
-// nobody else on the lock.
+// nobody else on the lock; leasehold+observed adds an Observer and a debug
+// logger, to show what the operability hooks cost.
 func BenchmarkUncontended(b *testing.B) {
 	c := cluster(b)
 	for _, op := range []string{"Lock", "TryLock"} {
-		for _, impl := range impls {
+		for _, impl := range append(impls, observed) {
 			b.Run(op+"/"+impl, func(b *testing.B) {
 				ls, ctrs := lockers(b, c, impl, "uncontended-"+op, 1)
 				lock := ls[0].lock

@@ -3,9 +3,12 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,10 +58,25 @@ type locker interface {
 
 var impls = []string{"leasehold", "concurrency"}
 
+// observed is leasehold with every operability hook on: an Observer whose
+// callbacks count, and a debug-level text logger writing to io.Discard.
+const observed = "leasehold+observed"
+
 func newLocker(ctx context.Context, impl string, cli *clientv3.Client, name string, ttl int) (locker, error) {
+	opts := []fencing.SessionOption{fencing.WithTTL(time.Duration(ttl) * time.Second)}
+	if impl == observed {
+		impl = "leasehold"
+		var events atomic.Int64
+		count := func() { events.Add(1) }
+		opts = append(opts, fencing.WithLogger(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+			fencing.WithObserver(fencing.Observer{
+				OnAcquire: func(fencing.AcquireEvent) { count() }, OnRelease: func(fencing.ReleaseEvent) { count() },
+				OnLoss: func(fencing.LossEvent) { count() }, OnRenew: func(fencing.RenewEvent) { count() },
+			}))
+	}
 	switch impl {
 	case "leasehold":
-		s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(time.Duration(ttl)*time.Second))
+		s, err := fencing.NewSession(ctx, cli, opts...)
 		if err != nil {
 			return nil, err
 		}

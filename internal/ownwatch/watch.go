@@ -59,7 +59,7 @@ func Watch(parent context.Context, o Owner) (context.Context, context.CancelFunc
 	lease := o.Lease.Context()
 	stopLease := context.AfterFunc(lease, func() { cancel(context.Cause(lease)) })
 	w := &watcher{o: o, ctx: ctx, cancel: cancel, done: make(chan struct{})}
-	unregister := register(o.Key, cancel)
+	unregister := Register(o.Key, func(cause error) { cancel(cause) })
 	if lease.Err() != nil {
 		cancel(context.Cause(lease)) // now, not when the AfterFunc runs
 	}
@@ -182,16 +182,19 @@ func (w *watcher) pause() {
 // them at once.
 var (
 	regMu sync.Mutex
-	reg   = map[string]map[*context.CancelCauseFunc]struct{}{}
+	reg   = map[string]map[*func(error)]struct{}{}
 )
 
-func register(key string, cancel context.CancelCauseFunc) (unregister func()) {
+// Register makes every Lost of key call f with its cause, until unregister
+// is called. Watches register themselves; fencing's tenures register to
+// report losses.
+func Register(key string, f func(cause error)) (unregister func()) {
 	regMu.Lock()
 	defer regMu.Unlock()
 	if reg[key] == nil {
-		reg[key] = map[*context.CancelCauseFunc]struct{}{}
+		reg[key] = map[*func(error)]struct{}{}
 	}
-	p := &cancel
+	p := &f
 	reg[key][p] = struct{}{}
 	return func() {
 		regMu.Lock()
@@ -203,12 +206,18 @@ func register(key string, cancel context.CancelCauseFunc) (unregister func()) {
 	}
 }
 
-// Lost cancels every watch of key with cause: a guarded txn found the owner
-// compare false, which proves the loss before any watch event arrives.
+// Lost tells everything registered for key that it is lost, with cause: a
+// guarded txn found the owner compare false, which proves the loss before any
+// watch event arrives, or the owner released it. The calls are made without
+// the registry's lock, so they may register and unregister.
 func Lost(key string, cause error) {
 	regMu.Lock()
-	defer regMu.Unlock()
-	for cancel := range reg[key] {
-		(*cancel)(cause)
+	fs := make([]func(error), 0, len(reg[key]))
+	for f := range reg[key] {
+		fs = append(fs, *f)
+	}
+	regMu.Unlock()
+	for _, f := range fs {
+		f(cause)
 	}
 }
