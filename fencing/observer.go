@@ -121,7 +121,9 @@ type Tenure struct {
 // Release or Lose reported it first.
 func (s *Session) Track(kind Kind, t Token, key string, wait time.Duration) *Tenure {
 	tn := &Tenure{s: s, kind: kind, token: t, start: time.Now()}
-	s.log.Debug("acquired", "kind", kind, "name", t.Name, "token", t, "wait", wait)
+	if s.log.Enabled(context.Background(), slog.LevelDebug) { // spares every Lock the boxing of the attributes
+		s.log.Debug("acquired", "kind", kind, "name", t.Name, "token", t, "wait", wait)
+	}
 	if f := s.obs.OnAcquire; f != nil {
 		f(AcquireEvent{Kind: kind, Token: t, Lease: s.id, Wait: wait})
 	}
@@ -166,7 +168,9 @@ func (tn *Tenure) end(cause error) {
 	tn.mu.Unlock()
 	held := time.Since(tn.start)
 	if cause == nil || errors.Is(cause, ErrSessionClosed) {
-		tn.s.log.Debug("released", "kind", tn.kind, "name", tn.token.Name, "token", tn.token, "held", held)
+		if tn.s.log.Enabled(context.Background(), slog.LevelDebug) {
+			tn.s.log.Debug("released", "kind", tn.kind, "name", tn.token.Name, "token", tn.token, "held", held)
+		}
 		if f := tn.s.obs.OnRelease; f != nil {
 			f(ReleaseEvent{Kind: tn.kind, Token: tn.token, Lease: tn.s.id, Held: held})
 		}
