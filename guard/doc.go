@@ -7,5 +7,7 @@
 // late the process runs: a holder paused past its lease gets ErrNotOwner, not
 // a lost update. A watched context is the other half: it tells running work
 // to stop, no later than the session's ValidUntil, so that it rarely gets as
-// far as a write that would fail.
+// far as a write that would fail. Health is the check for the rest: a
+// liveness probe that fails while work goes on past the end of its
+// ownership.
 package guard

@@ -69,3 +69,25 @@ func ExampleDo() {
 	fmt.Println(err)
 	// Output: <nil>
 }
+
+// This example serves a liveness probe that fails while work goes on after
+// its lock was lost: here the work has stopped in time, so the probe passes.
+func ExampleHealth() {
+	ctx := context.Background()
+	s, _ := fencing.NewSession(ctx, exampleClient()) // error checks trimmed
+	defer s.Close(ctx)
+	m, _ := fencing.NewMutex(s, "reports/weekly")
+	h, _ := m.Lock(ctx)
+
+	var health guard.Health // mount it: http.Handle("/healthz", &health)
+	done := health.Track(h.Context(), h)
+	fmt.Println(health.Check())
+
+	exampleClient().Delete(ctx, h.Key()) // the lock is lost...
+	<-h.Context().Done()
+	done() // ...and the work stops acting on it
+	fmt.Println(health.Check())
+	// Output:
+	// <nil>
+	// <nil>
+}
