@@ -1,12 +1,10 @@
 package fencing_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -111,29 +109,11 @@ func TestGateReportsRejections(t *testing.T) {
 	})
 }
 
-// syncBuffer is a bytes.Buffer safe for the session's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // Transitions are logged at debug and losses at warn, each with the name,
 // token and lease.
 func TestLoggerRecordsTransitions(t *testing.T) {
 	c := etcdtest.Single(t)
-	var buf syncBuffer
+	var buf etcdtest.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s := newSession(t, c.Client(t), fencing.WithLogger(log))
 	h := lock(t, newMutex(t, s, "logged"))

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
@@ -14,24 +13,6 @@ import (
 )
 
 func TestMain(m *testing.M) { etcdtest.Main(m) }
-
-// syncBuffer collects a watch's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 func inspect(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -132,7 +113,7 @@ func TestWatchRedrawsOnHandover(t *testing.T) {
 	c := etcdtest.Single(t)
 	owner := queue(t, c, "watched")
 	ctx, cancel := context.WithCancel(t.Context())
-	var out syncBuffer
+	var out etcdtest.Buffer
 	done := make(chan int)
 	go func() { done <- run(ctx, []string{"--endpoints", c.Endpoints()[0], "--watch", "watched"}, &out, &out) }()
 	etcdtest.WaitFor(t, fencingtest.Wait, "the first table", func() bool { return strings.Contains(out.String(), "host-b/2") })

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,30 +12,12 @@ import (
 
 func TestMain(m *testing.M) { etcdtest.Main(m) }
 
-// syncBuffer is a bytes.Buffer safe for the command and the test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The command runs with the term's token, is stopped when an operator
 // deletes the term's key, runs again under a new term, and stops when
 // singleton is cancelled.
 func TestSingletonStopsCommandOnLoss(t *testing.T) {
 	c := etcdtest.Single(t)
-	var out, logs syncBuffer
+	var out, logs etcdtest.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
