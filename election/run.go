@@ -172,7 +172,9 @@ func (r *runner) loop(ctx context.Context) error {
 			if errors.Is(err, fencing.ErrInvalidArgument) {
 				return err
 			}
-			r.log.Debug("campaign failed", "err", err)
+			if ctx.Err() == nil { // why a replica is not leading: say it
+				r.log.Warn("campaign failed; retrying", "err", err)
+			}
 			r.fails++
 			r.backoff(ctx)
 			continue
