@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
-
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -24,8 +23,8 @@ const (
 // Observer receives the events of a session and of every ownership made on
 // it, for metrics. Any field may be nil. Callbacks run on the goroutine that
 // made or noticed the event, so several may run at once; they must return
-// quickly and must not call methods of the session or of the ownership they
-// report (some run while its lock is held).
+// quickly, and must not call methods of the ownership they report (some run
+// while Unlock, Resign or Proclaim holds its lock).
 //
 // Each ownership reports OnAcquire once, then exactly one of OnRelease
 // (Unlock, Resign, or the session closed) or OnLoss. A loss is reported when
@@ -48,7 +47,8 @@ type AcquireEvent struct {
 	Wait  time.Duration // from the call to ownership
 }
 
-// ReleaseEvent reports an ownership given up on purpose (Unlock, Resign).
+// ReleaseEvent reports an ownership given up on purpose: Unlock, Resign, or
+// the session closed.
 type ReleaseEvent struct {
 	Kind  Kind
 	Token Token
