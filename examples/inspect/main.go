@@ -48,9 +48,6 @@ type config struct {
 	name                         string
 }
 
-// errUsage marks a command line that cannot run; the message says why.
-var errUsage = errors.New("usage")
-
 const howToConnect = `inspect needs etcd's endpoints: pass --endpoints, or set ETCDCTL_ENDPOINTS.
   inspect --endpoints 127.0.0.1:2379 NAME
   inspect --endpoints https://etcd-0:2379,https://etcd-1:2379 --cacert ca.pem --cert me.pem --key me-key.pem NAME
@@ -79,7 +76,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	names, err := parseInterspersed(fs, args)
 	if err != nil {
-		return c, fmt.Errorf("%w: %w", errUsage, err)
+		return c, err
 	}
 	prefixSet := false
 	fs.Visit(func(f *flag.Flag) { prefixSet = prefixSet || f.Name == "prefix" })
@@ -88,20 +85,20 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, nil
 	case len(names) > 1 || len(names) == 1 && prefixSet || len(names) == 0 && !prefixSet:
 		fs.Usage()
-		return c, fmt.Errorf("%w: give one NAME or --prefix", errUsage)
+		return c, errors.New("give one NAME or --prefix")
 	case c.output != "table" && c.output != "json":
-		return c, fmt.Errorf("%w: -o %q: want table or json", errUsage, c.output)
+		return c, fmt.Errorf("-o %q: want table or json", c.output)
 	case c.kind != "" && c.kind != string(fencing.KindLock) && c.kind != string(fencing.KindElection):
-		return c, fmt.Errorf("%w: --kind %q: want lock or election", errUsage, c.kind)
+		return c, fmt.Errorf("--kind %q: want lock or election", c.kind)
 	case (c.cert == "") != (c.key == ""):
-		return c, fmt.Errorf("%w: --cert and --key go together", errUsage)
+		return c, errors.New("--cert and --key go together")
 	case c.endpoints == "":
-		return c, fmt.Errorf("%w: no endpoints\n%s", errUsage, howToConnect)
+		return c, fmt.Errorf("no endpoints\n%s", howToConnect)
 	}
 	if len(names) == 1 {
 		c.name = names[0]
 		if err := fencing.ValidateName(c.name); err != nil {
-			return c, fmt.Errorf("%w: %w", errUsage, err)
+			return c, err
 		}
 		if c.kind == "" {
 			c.kind = string(fencing.KindLock)
