@@ -232,9 +232,7 @@ func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
 	lost := wctx.Err() != nil && ctx.Err() == nil
 	cause := context.Cause(wctx)
 	stop()
-	if lost {
-		t.life.Lose(cause) // with the session alive (a deleted key), nothing else reports it
-	} else {
+	if !lost {
 		cause = r.resign(ctx, t)
 	}
 	level := slog.LevelDebug

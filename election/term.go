@@ -62,10 +62,8 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("election: proclaim %v: %w: resigned", t.token, ErrNotLeader)
 	}
 	if _, err := guard.Put(ctx, t, t.key, value, clientv3.WithLease(t.s.Lease())); err != nil {
-		if errors.Is(err, guard.ErrNotOwner) {
-			t.life.Lose(guard.ErrOwnerKeyGone)
-		}
-		return t.err("proclaim", err)
+		return t.err("proclaim", err) // the failed txn reported the loss
+
 	}
 	t.value = value
 	return nil
@@ -90,8 +88,7 @@ func (t *Term) Resign(ctx context.Context) error {
 	}
 	t.resigned.Store(true)
 	if err != nil {
-		t.life.Lose(guard.ErrOwnerKeyGone)
-		return t.err("resign", err)
+		return t.err("resign", err) // the failed txn reported the loss
 	}
 	if err := t.s.Err(); err != nil {
 		// The key was still there, but the session had stopped vouching
@@ -120,7 +117,6 @@ func (t *Term) Context() context.Context {
 		// The watch's goroutine ends with the context: at Resign (Lost), at
 		// the loss, or when the session ends.
 		t.ctx, _ = guard.Watch(context.Background(), t)
-		t.life.Watch(t.ctx, errResigned)
 	}
 	return t.ctx
 }

@@ -115,7 +115,6 @@ func (h *Hold) Context() context.Context {
 		// the loss, or when the session ends.
 		h.ctx, _ = ownwatch.Watch(context.Background(),
 			ownwatch.Owner{Client: h.s.cli, Key: h.key, Rev: h.token.Revision, Lease: h.s, LeaseID: h.s.id, Expired: ErrLeaseExpired})
-		h.life.Watch(h.ctx, errReleased)
 	}
 	return h.ctx
 }

@@ -111,14 +111,14 @@ type Tenure struct {
 
 	mu         sync.Mutex  // held by Track until both are set
 	stop       func() bool // stops the report of the session's end
-	unregister func()      // stops the reports of losses proven by guarded txns
+	unregister func()      // stops the reports of losses proven by watches and txns
 }
 
 // Track reports an ownership of kind with token t and key key, acquired after
 // waiting wait, to the session's observer and logger. It then reports the
 // ownership's end when the session ends (closing it is a release, any other
-// end a loss) or when a guarded txn in this process proves key lost, unless
-// Release or Lose reported it first.
+// end a loss) or when a watch or a guarded txn in this process proves key
+// gone, unless Release or Lose reported it first.
 func (s *Session) Track(kind Kind, t Token, key string, wait time.Duration) *Tenure {
 	tn := &Tenure{s: s, kind: kind, token: t, start: time.Now()}
 	if s.log.Enabled(context.Background(), slog.LevelDebug) { // spares every Lock the boxing of the attributes
@@ -147,16 +147,6 @@ func (tn *Tenure) Release() { tn.end(nil) }
 // cause wrapping ErrSessionClosed is reported as a release: the session was
 // closed on purpose, which gives up its ownerships.
 func (tn *Tenure) Lose(cause error) { tn.end(cause) }
-
-// Watch reports the ownership lost when ctx, a context that ends when the
-// ownership can no longer be proven, ends with a cause other than released.
-func (tn *Tenure) Watch(ctx context.Context, released error) {
-	context.AfterFunc(ctx, func() {
-		if c := context.Cause(ctx); c != released {
-			tn.Lose(c)
-		}
-	})
-}
 
 func (tn *Tenure) end(cause error) {
 	if !tn.ended.CompareAndSwap(false, true) {

@@ -118,7 +118,7 @@ func (w *watcher) created(wch clientv3.WatchChan) bool {
 		return false
 	}
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.o.Rev {
-		w.cancel(fmt.Errorf("%w: %q not found at revision %d", ErrKeyGone, w.o.Key, g.Header.Revision))
+		Lost(w.o.Key, fmt.Errorf("%w: %q not found at revision %d", ErrKeyGone, w.o.Key, g.Header.Revision))
 	}
 	return true
 }
@@ -143,7 +143,9 @@ func (w *watcher) run(wch clientv3.WatchChan) {
 			}
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != w.o.Rev {
-					w.cancel(w.goneCause(ev))
+					// A proof for everything registered for the key (this
+					// watch among them), as a failed guarded txn's is.
+					Lost(w.o.Key, w.goneCause(ev))
 					return
 				}
 			}
@@ -207,8 +209,8 @@ func Register(key string, f func(cause error)) (unregister func()) {
 }
 
 // Lost tells everything registered for key that it is lost, with cause: a
-// guarded txn found the owner compare false, which proves the loss before any
-// watch event arrives, or the owner released it. The calls are made without
+// watch saw the key go, or a guarded txn found the owner compare false (which
+// proves the loss before any watch event arrives), or the owner released it. The calls are made without
 // the registry's lock, so they may register and unregister.
 func Lost(key string, cause error) {
 	regMu.Lock()
