@@ -299,7 +299,15 @@ func (r *run) violations() []string {
 	}
 	for _, e := range r.events {
 		switch {
-		case e.kind == "write" && e.outcome == "ok":
+		case e.kind == "attempt":
+			// Unknown until its write event settles it; a worker killed
+			// mid-write never sends one.
+			unknown++
+		case e.kind == "write" && e.outcome != "unknown":
+			unknown--
+			if e.outcome != "ok" {
+				break
+			}
 			acked++
 			if prev, dup := values[e.value]; dup {
 				out = append(out, fmt.Sprintf("value %d acknowledged twice (%s and %s)", e.value, prev, e.worker))
@@ -308,8 +316,6 @@ func (r *run) violations() []string {
 			if o := r.ownerAt(e.rev); o != e.token {
 				out = append(out, fmt.Sprintf("%s wrote %d at revision %d with token %d while %d owned the lock", e.worker, e.value, e.rev, e.token, o))
 			}
-		case e.kind == "write" && e.outcome == "unknown":
-			unknown++
 		case e.kind == "acquire" && !owners[e.token]:
 			out = append(out, fmt.Sprintf("%s acquired with token %d, which never owned the lock", e.worker, e.token))
 		}

@@ -27,7 +27,7 @@ const (
 // event is one line of the history: what a worker did and how it ended.
 type event struct {
 	worker  string
-	kind    string // acquire, release, write (guarded or plain increment), store (fenced write)
+	kind    string // acquire, release, attempt (a write about to go out), write (guarded or plain increment), store (fenced write)
 	token   int64  // the worker's lock key's create revision
 	value   int64  // the counter value written
 	rev     int64  // commit revision of a write
@@ -194,6 +194,9 @@ func (w *worker) increment(ctx context.Context, tok int64, write writeFunc) {
 	// paused after its last check: fencing has to stop it, not luck.
 	wctx, cancel := context.WithTimeout(context.Background(), ttl)
 	defer cancel()
+	// A worker killed between here and its write event leaves a write of
+	// unknown outcome: the attempt says so.
+	w.emit(event{worker: w.name, kind: "attempt", token: tok, value: n + 1})
 	txn, err := write(wctx, rev, strconv.FormatInt(n+1, 10))
 	switch {
 	case errors.Is(err, guard.ErrNotOwner):
