@@ -146,3 +146,18 @@ func TestInspectRejectsBadInput(t *testing.T) {
 		t.Errorf("Inspect of a free lock = %+v, %v", q, err)
 	}
 }
+
+// Without etcd, Inspect fails with the reason, and never panics.
+func TestInspectFailsWithoutEtcd(t *testing.T) {
+	c := etcdtest.Single(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := fencing.Inspect(ctx, c.Admin, fencing.KindLock, "n"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Inspect with a canceled context: %v; want context.Canceled", err)
+	}
+	cli := etcdtest.NewClient(t, c.Endpoints())
+	cli.Close()
+	if _, err := fencing.InspectPrefix(etcdtest.Context(t, wait), cli, "", ""); err == nil {
+		t.Error("InspectPrefix on a closed client succeeded")
+	}
+}

@@ -132,3 +132,18 @@ func TestLoggerRecordsTransitions(t *testing.T) {
 		}
 	}
 }
+
+// Closing the client ends the session on purpose: its holds are reported
+// released, not lost.
+func TestObserverClosedClientReleases(t *testing.T) {
+	c := etcdtest.Single(t)
+	var rec fencingtest.Recorder
+	cli := etcdtest.NewClient(t, c.Endpoints())
+	s := newSession(t, cli, fencing.WithObserver(rec.Observer()))
+	lock(t, newMutex(t, s, "client-closed"))
+	cli.Close()
+	waitCounts(t, &rec, "the release", func(c [5]int) bool { return c[1] == 1 })
+	if n := rec.Counts()[2]; n != 0 {
+		t.Fatalf("%d losses reported for a closed client", n)
+	}
+}

@@ -44,10 +44,17 @@ type tracked struct {
 
 // Track records that the process acts on o, under ctx (the context its work
 // runs with: Hold.Context, Term.Context or Watch's), from now until done is
-// called. Calling done more than once is harmless.
+// called. Calling done more than once is harmless. A nil o tracks nothing; a
+// nil ctx leaves ValidUntil alone to end the ownership.
 func (h *Health) Track(ctx context.Context, o Owner) (done func()) {
+	if o == nil {
+		return func() {}
+	}
 	t := &tracked{o: o}
-	stop := context.AfterFunc(ctx, func() { t.ended.Store(time.Now().UnixNano()) })
+	stop := func() bool { return false }
+	if ctx != nil {
+		stop = context.AfterFunc(ctx, func() { t.ended.Store(time.Now().UnixNano()) })
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.owners == nil {

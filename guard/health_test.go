@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -70,4 +71,18 @@ func TestHealthFlipsWhenKeyIsDeleted(t *testing.T) {
 	if err := strict.Check(); err != nil {
 		t.Fatalf("Check after done: %v", err)
 	}
+}
+
+// Nil input tracks what it can and never panics.
+func TestHealthTrackNilInput(t *testing.T) {
+	c := etcdtest.Single(t)
+	hold := lock(t, newSession(t, c.Client(t)), "health-nil")
+	var h guard.Health
+	h.Track(context.Background(), nil)()
+	//lint:ignore SA1012 a nil context is the bad input under test
+	done := h.Track(nil, hold)
+	if err := h.Check(); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	done()
 }

@@ -44,7 +44,7 @@ type config struct {
 	endpoints, cacert, cert, key string
 	kind, prefix, output         string
 	watch, explain               bool
-	ttl, margin                  time.Duration
+	ttl, margin, timeout         time.Duration
 	name                         string
 }
 
@@ -66,6 +66,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.prefix, "prefix", "", "show every queue whose name starts with this, instead of NAME")
 	fs.StringVar(&c.output, "o", "table", `output format: "table" or "json"`)
 	fs.BoolVar(&c.watch, "watch", false, "redraw on every change until interrupted")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long one read of etcd may take")
 	fs.BoolVar(&c.explain, "explain", false, "print the safety budget of --ttl and --margin, and exit")
 	fs.DurationVar(&c.ttl, "ttl", fencing.DefaultTTL, "lease TTL, for --explain")
 	fs.DurationVar(&c.margin, "margin", 0, "safety margin, for --explain; unset: the library's default")
@@ -200,7 +201,7 @@ func newClient(c config) (*clientv3.Client, error) {
 
 // read returns the queues the command line asks for.
 func read(ctx context.Context, cli *clientv3.Client, c config) ([]fencing.Queue, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if c.name == "" {
 		return fencing.InspectPrefix(ctx, cli, fencing.Kind(c.kind), c.prefix)

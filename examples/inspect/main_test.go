@@ -166,3 +166,11 @@ func TestFlagsAfterName(t *testing.T) {
 		t.Fatalf("printable = %s", got)
 	}
 }
+
+// An unreachable cluster is a failure to read (exit 1), with the reason.
+func TestUnreachableEtcdExitsOne(t *testing.T) {
+	code, _, stderr := inspect(t, "--endpoints", "127.0.0.1:1", "--timeout", "300ms", "n")
+	if code != 1 || !strings.Contains(stderr, "inspect:") {
+		t.Fatalf("exit %d, stderr %q; want 1 and the reason", code, stderr)
+	}
+}
