@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // noLeases fails t if any lease exists: a failed NewSession must leave none.
@@ -149,22 +150,10 @@ func TestSessionEndsWhenClientCloses(t *testing.T) {
 // the server expires the lease and another client sees the key deleted. The
 // trials run side by side, each with its own client and link.
 func TestBlackholedSessionEndsBeforeServerDeletes(t *testing.T) {
-	const trials = 20
-	c := etcdtest.Single(t)
-	errs := make(chan error, trials)
-	for i := range trials {
-		cli, link := c.ProxiedClient(t)
-		s := newSession(t, cli, fencing.WithTTL(2*time.Second))
-		t.Cleanup(link.Restore) // before the session's Close, which revokes
-		h := lock(t, newMutex(t, s, fmt.Sprintf("blackhole/%d", i)))
-		deletion := c.Deletion(t, h.Key())
-		go func() { errs <- partitionTrial(s, link, deletion) }()
-	}
-	for range trials {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
+	fencingtest.BlackholeTrials(t, etcdtest.Single(t), 20, 2*time.Second, "blackhole",
+		func(s *fencing.Session, _ *fencing.Hold, link *etcdtest.Link, deletion <-chan time.Time) func() error {
+			return func() error { return partitionTrial(s, link, deletion) }
+		})
 }
 
 // partitionTrial blackholes the session's link and checks that the session

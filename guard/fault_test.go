@@ -10,32 +10,21 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // S3: a blackholed holder's watched context is cancelled strictly before
 // another client sees its key deleted, in every trial. The trials run side
 // by side, each with its own client, link and session.
 func TestBlackholedHolderStopsBeforeServerDeletes(t *testing.T) {
-	const trials = 20
-	c := etcdtest.Single(t)
-	errs := make(chan error, trials)
-	for i := range trials {
-		cli, link := c.ProxiedClient(t)
-		s := newSession(t, cli, fencing.WithTTL(3*time.Second))
-		t.Cleanup(link.Restore) // before the session's Close, which revokes
-		h := lock(t, s, fmt.Sprintf("blackhole/%d", i))
-		work := watch(t, h)
-		deletion := c.Deletion(t, h.Key())
-		go func() {
-			link.Blackhole()
-			errs <- stoppedBefore(h, work, deletion)
-		}()
-	}
-	for range trials {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
+	fencingtest.BlackholeTrials(t, etcdtest.Single(t), 20, 3*time.Second, "blackhole",
+		func(_ *fencing.Session, h *fencing.Hold, link *etcdtest.Link, deletion <-chan time.Time) func() error {
+			work := watch(t, h)
+			return func() error {
+				link.Blackhole()
+				return stoppedBefore(h, work, deletion)
+			}
+		})
 }
 
 // stoppedBefore checks that work ended, for an unconfirmed lease, before the

@@ -5,6 +5,7 @@ package fencingtest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -92,4 +93,28 @@ func (r *Recorder) Snapshot(f func(*Recorder)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f(r)
+}
+
+// BlackholeTrials runs n trials side by side, each with its own proxied
+// client, session (TTL ttl) and hold of the lock "<name>/<i>". setup runs in
+// the test's goroutine with the trial's pieces and the channel that reports
+// the deletion of the hold's key; the check it returns runs in a goroutine of
+// its own, and its error fails t.
+func BlackholeTrials(t *testing.T, c *etcdtest.Cluster, n int, ttl time.Duration, name string,
+	setup func(s *fencing.Session, h *fencing.Hold, link *etcdtest.Link, deletion <-chan time.Time) (check func() error)) {
+	t.Helper()
+	errs := make(chan error, n)
+	for i := range n {
+		cli, link := c.ProxiedClient(t)
+		s := Session(t, cli, fencing.WithTTL(ttl))
+		t.Cleanup(link.Restore) // before the session's Close, which revokes
+		h := Lock(t, s, fmt.Sprintf("%s/%d", name, i))
+		check := setup(s, h, link, c.Deletion(t, h.Key()))
+		go func() { errs <- check() }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 }
