@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/revqueue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 )
 
 // Queue is the state of one lock or election as Inspect read it: its keys in
@@ -196,33 +196,25 @@ func readLeases(ctx context.Context, cli *clientv3.Client, qs []Queue) error {
 			}
 		}
 	}
-	var (
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, leaseQueries)
-		errMu sync.Mutex
-		first error
-	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(leaseQueries)
 	for id, t := range leases {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			resp, err := cli.TimeToLive(ctx, id)
+		g.Go(func() error {
+			resp, err := cli.TimeToLive(gctx, id)
 			switch {
 			case errors.Is(err, rpctypes.ErrLeaseNotFound):
 				t.gone = true
 			case err != nil:
-				errMu.Lock()
-				first = cmp.Or(first, fmt.Errorf("fencing: inspect: lease %x: %w", int64(id), err))
-				errMu.Unlock()
+				return fmt.Errorf("fencing: inspect: lease %x: %w", int64(id), err)
 			default:
 				t.left, t.granted = time.Duration(resp.TTL)*time.Second, time.Duration(resp.GrantedTTL)*time.Second
 				t.gone = resp.TTL < 0
 			}
+			return nil
 		})
 	}
-	wg.Wait()
-	if first != nil {
-		return first
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	for _, q := range qs {
 		for i := range q.Entries {
