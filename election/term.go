@@ -62,8 +62,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("election: proclaim %v: %w: resigned", t.token, ErrNotLeader)
 	}
 	if _, err := guard.Put(ctx, t, t.key, value, clientv3.WithLease(t.s.Lease())); err != nil {
-		return t.err("proclaim", err) // the failed txn reported the loss
-
+		return t.err("proclaim", err) // a failed txn has reported the loss
 	}
 	t.value = value
 	return nil
@@ -88,7 +87,7 @@ func (t *Term) Resign(ctx context.Context) error {
 	}
 	t.resigned.Store(true)
 	if err != nil {
-		return t.err("resign", err) // the failed txn reported the loss
+		return t.err("resign", err) // a failed txn has reported the loss
 	}
 	if err := t.s.Err(); err != nil {
 		// The key was still there, but the session had stopped vouching
