@@ -141,7 +141,7 @@ func (c *Cluster) EnableAuth(t testing.TB) {
 			t.Fatalf("etcdtest: enable auth: %v", err)
 		}
 	}
-	root, err := dial(c.Endpoints(), WithAuth("root", "root"))
+	root, err := dial(c.Endpoints(), append(c.tlsOption(), WithAuth("root", "root"))...)
 	if err != nil {
 		t.Fatalf("etcdtest: root client: %v", err)
 	}

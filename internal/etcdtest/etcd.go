@@ -8,6 +8,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -39,6 +40,9 @@ type Cluster struct {
 	// Admin is an unproxied client: it plays the operator or the rest of the
 	// world in fault tests (deletes keys, revokes leases, compacts).
 	Admin *clientv3.Client
+	// TLS is nil, or the certificates of a cluster started by SingleTLS.
+	TLS       *Certs
+	clientTLS *tls.Config // nil, or loaded from TLS's good client certificate
 }
 
 // Member is one embedded etcd server. Stop and Restart keep its data dir and
@@ -49,6 +53,7 @@ type Member struct {
 	PeerURL   url.URL
 	dir       string
 	cluster   string
+	certs     *Certs // nil: plain http
 
 	mu   sync.Mutex
 	etcd *embed.Etcd // nil while stopped
@@ -81,15 +86,15 @@ func Start(n int) (*Cluster, error) {
 	var err error
 	for range 5 {
 		var c *Cluster
-		if c, err = start(n); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		if c, err = start(n, nil); err == nil || !strings.Contains(err.Error(), "address already in use") {
 			return c, err
 		}
 	}
 	return nil, err
 }
 
-func start(n int) (*Cluster, error) {
-	c := &Cluster{}
+func start(n int, certs *Certs) (*Cluster, error) {
+	c := &Cluster{TLS: certs}
 	var initial string
 	for i := range n {
 		dir, err := os.MkdirTemp("", "etcdtest-")
@@ -97,7 +102,7 @@ func start(n int) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
-		m := &Member{Name: fmt.Sprintf("m%d", i), dir: dir}
+		m := &Member{Name: fmt.Sprintf("m%d", i), dir: dir, certs: certs}
 		c.Members = append(c.Members, m)
 		if m.ClientURL.Host, err = freeAddr(); err != nil {
 			c.Close()
@@ -108,6 +113,9 @@ func start(n int) (*Cluster, error) {
 			return nil, err
 		}
 		m.ClientURL.Scheme, m.PeerURL.Scheme = "http", "http"
+		if certs != nil {
+			m.ClientURL.Scheme = "https"
+		}
 		if i > 0 {
 			initial += ","
 		}
@@ -128,7 +136,13 @@ func start(n int) (*Cluster, error) {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
 	var err error
-	if c.Admin, err = dial(c.Endpoints()); err != nil {
+	if certs != nil {
+		if c.clientTLS, err = certs.ClientTLS(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	if c.Admin, err = dial(c.Endpoints(), c.tlsOption()...); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -173,6 +187,9 @@ func (m *Member) config(state string) *embed.Config {
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	if m.certs != nil {
+		cfg.ClientTLSInfo = m.certs.serverInfo()
+	}
 	return cfg
 }
 
@@ -243,7 +260,16 @@ func WithCounter(ctr *Counter) ClientOption {
 // closes it.
 func (c *Cluster) Client(t testing.TB, opts ...ClientOption) *clientv3.Client {
 	t.Helper()
-	return NewClient(t, c.Endpoints(), opts...)
+	return NewClient(t, c.Endpoints(), append(c.tlsOption(), opts...)...)
+}
+
+// tlsOption connects a client with the cluster's good client certificate,
+// if the cluster serves TLS.
+func (c *Cluster) tlsOption() []ClientOption {
+	if c.clientTLS == nil {
+		return nil
+	}
+	return []ClientOption{withTLS(c.clientTLS.Clone())}
 }
 
 // NewClient returns a client for the given endpoints; t.Cleanup closes it.
