@@ -1,21 +1,54 @@
-// Command singleton runs a command on exactly one of many machines at a
-// time, and stops it the moment that machine stops leading.
+// Command singleton runs a command on at most one machine at a time, and
+// stops it before another machine can start it.
 //
-//	singleton --name nightly-backup --endpoints 10.0.0.1:2379 -- ./backup.sh --full
+//	singleton --name nightly-backup --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem -- ./backup.sh --full
 //
-// Every replica campaigns in the election NAME; the leader runs the command
+// Every replica campaigns in the election NAME. The leader runs the command
 // with LEASEHOLD_TOKEN (the term's fencing token, "name@revision") and
 // LEASEHOLD_KEY in its environment, so the command can fence its own writes.
-// When the term is lost (lease expired or revoked, partition past the safety
-// margin, key deleted), the command gets SIGTERM at once and SIGKILL after
-// --grace, and the replica campaigns again. When the command exits 0 while
-// leading, singleton resigns and exits 0; when it fails, singleton resigns
-// and campaigns again after a backoff. Ctrl-C (or SIGTERM) stops the command,
-// resigns at once so another replica takes over without waiting for the TTL,
-// and exits.
+// When the command exits 0, singleton resigns and exits 0; when it fails,
+// singleton resigns and campaigns again after a backoff. SIGINT or SIGTERM
+// stops the command, resigns so another replica takes over at once, and
+// exits 0.
 //
-// etcdctl lock runs a command under a lock too, but never stops it when the
-// lock is lost.
+// # The guarantee: at most one copy of the command, anywhere, at any moment
+//
+// The command runs in a process group of its own, under a small keeper
+// process (this program, re-executed) that holds the term's deadline, the
+// session's ValidUntil, on the machine's monotonic clock. The group gets
+// SIGTERM, then SIGKILL after --grace, when
+//   - the term is lost (lease expired or revoked, key deleted, partition);
+//   - the runner dies (kill -9): the keeper sees its pipe close;
+//   - the runner is paused (SIGSTOP, a stuck VM thread) past the deadline:
+//     the keeper is not paused with it and kills on its own.
+//
+// The session's safety margin is --grace plus the library's default margin,
+// so the SIGKILL lands before etcd can expire the lease and elect another
+// replica; singleton refuses a --grace too long for --ttl. A new term starts
+// its command only once no process of the previous group is left: on this
+// machine, the keeper waits for the group to empty; across machines, the
+// leader records its term under leasehold-singleton/NAME and the next leader
+// waits until that record is removed (its command is dead) or its lease is
+// gone for a full TTL (a lease revoked by an operator expires nothing on the
+// old machine, so its deadline may still run that long).
+//
+// Limits, stated plainly: a process that leaves the command's process group
+// (setsid, a daemon that double-forks) is not tracked. A process stuck in
+// the kernel (uninterruptible I/O) dies when the kernel lets it. If the
+// whole machine or VM is frozen, the keeper is frozen too: the command may
+// run on when the machine resumes, after another replica started its own,
+// until the keeper's timer fires. That is what LEASEHOLD_TOKEN is for:
+// fence the command's writes (guard.Txn, fencing.Gate). Failover after a
+// runner crash takes up to two TTLs (the lease expires, then the record's
+// lease is waited out). Linux gets all of the above; other Unix systems
+// lack the parent-death signal and the child subreaper, so a keeper killed
+// with SIGKILL leaves its command running.
+//
+// Connection flags (--endpoints, --cacert, --cert, --key, --user,
+// --password, --dial-timeout) and their ETCDCTL_* variables work as for
+// etcdctl. The command's stdin is /dev/null. Logs go to stderr; -v adds
+// debug detail. Exit status: 0 when the command succeeded or singleton was
+// interrupted, 1 when etcd cannot be reached, 2 for a bad command line.
 package main
 
 import (
@@ -24,104 +57,129 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/election"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
+	"github.com/leasehold/leasehold/examples/internal/connect"
+	"github.com/leasehold/leasehold/fencing"
 )
 
-type config struct {
-	name      string
-	endpoints string
-	ttl       time.Duration
-	grace     time.Duration
-	argv      []string
-	stdout    io.Writer
-	stderr    io.Writer
-}
-
 func main() {
-	c := config{stdout: os.Stdout, stderr: os.Stderr}
-	flag.StringVar(&c.name, "name", "", "election name (required)")
-	flag.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "comma-separated etcd endpoints")
-	flag.DurationVar(&c.ttl, "ttl", 10*time.Second, "lease TTL")
-	flag.DurationVar(&c.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the term is lost")
-	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: singleton --name NAME [--endpoints HOSTS] [--ttl D] [--grace D] -- command [args...]")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	c.argv = flag.Args()
-	if c.name == "" || len(c.argv) == 0 {
-		flag.Usage()
-		os.Exit(2)
+	if os.Getenv(keeperEnv) != "" {
+		os.Exit(keeperMain(os.Args[1:]))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "singleton:", err)
-		os.Exit(1)
-	}
-	defer cli.Close()
-	if err := run(ctx, cli, c); err != nil {
-		fmt.Fprintln(os.Stderr, "singleton:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(ctx, os.Args[1:], os.Stderr))
 }
 
-// run campaigns and runs the command while leading, until ctx ends or the
-// command succeeds.
-func run(ctx context.Context, cli *clientv3.Client, c config) error {
-	host, _ := os.Hostname()
-	log := slog.New(slog.NewTextHandler(c.stderr, nil)).With("election", c.name)
-	return election.Run(ctx, cli, c.name, fmt.Sprintf("%s/%d", host, os.Getpid()),
-		func(ctx context.Context, t *election.Term) error { return command(ctx, t, c, log) },
-		election.WithTTL(c.ttl),
+type config struct {
+	conn  connect.Config
+	name  string
+	ttl   time.Duration
+	grace time.Duration
+	argv  []string
+}
+
+const usage = "usage: singleton --name NAME [--ttl D] [--grace D] [connection flags] [-v] -- command [args...]"
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("singleton", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.conn.Register(fs, "127.0.0.1:2379")
+	fs.StringVar(&c.name, "name", "", "election name (required)")
+	fs.DurationVar(&c.ttl, "ttl", 20*time.Second, "lease TTL: how long a crashed replica blocks the others")
+	fs.DurationVar(&c.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the term ends")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.argv = fs.Args()
+	switch {
+	case c.name == "":
+		return c, errors.New("--name is required")
+	case len(c.argv) == 0:
+		return c, errors.New("no command: give it after --")
+	case c.ttl < fencing.MinTTL:
+		return c, fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
+	case c.grace <= 0:
+		return c, fmt.Errorf("--grace %v: want a positive duration", c.grace)
+	}
+	if _, err := c.margin(); err != nil {
+		return c, err
+	}
+	if err := fencing.ValidateName(c.name); err != nil {
+		return c, fmt.Errorf("--name: %w", err)
+	}
+	return c, c.conn.Validate()
+}
+
+// baseMargin is the library's default safety margin for a TTL (see
+// fencing.WithSafetyMargin): what absorbs timer and scheduling slack.
+func baseMargin(ttl time.Duration) time.Duration { return max(ttl/10, 500*time.Millisecond) }
+
+// margin returns the session's safety margin: the base margin plus grace,
+// so the command is SIGKILLed before etcd can expire the lease. The library
+// needs the margin below half the TTL.
+func (c config) margin() (time.Duration, error) {
+	ttl := c.ttl.Round(time.Second)
+	if ttl < c.ttl {
+		ttl += time.Second // etcd grants whole seconds, rounded up
+	}
+	m := baseMargin(ttl) + c.grace
+	if m < ttl/2 {
+		return m, nil
+	}
+	need := ttl
+	for baseMargin(need)+c.grace >= need/2 {
+		need += time.Second
+	}
+	return 0, fmt.Errorf("--grace %v is too long for --ttl %v: the command must be killed before etcd can expire "+
+		"the lease, so grace plus a %v margin must stay under half the TTL; use --ttl %v or more, or a shorter --grace",
+		c.grace, c.ttl, baseMargin(ttl), need)
+}
+
+// run is the whole program; it returns the exit status.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	c, err := parse(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "singleton: %v\n%s\n", err, usage)
+		return 2
+	}
+	log := c.conn.Logger(stderr).With("election", c.name)
+	cli, err := c.conn.Dial(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "singleton:", err)
+		return 1
+	}
+	defer cli.Close()
+	r, err := newRunner(cli, c, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "singleton:", err)
+		return 1
+	}
+	margin, _ := c.margin()
+	log.Info("campaigning", "ttl", c.ttl, "grace", c.grace, "margin", margin)
+	err = election.Run(ctx, cli, c.name, r.identity, r.work,
+		election.WithTTL(c.ttl), election.WithSafetyMargin(margin), election.WithIdentity(r.identity),
+		election.WithLogger(log),
 		election.OnStartedLeading(func(t *election.Term) { log.Info("leading", "token", t.Token()) }),
 		election.OnStoppedLeading(func(t *election.Term, cause error) {
 			log.Info("stopped leading", "token", t.Token(), "cause", cause)
 		}))
+	if err != nil {
+		fmt.Fprintln(stderr, "singleton:", err)
+		return 1
+	}
+	return 0
 }
-
-// command runs the command for one term and stops it when the term ends.
-func command(ctx context.Context, t *election.Term, c config, log *slog.Logger) error {
-	cmd := exec.Command(c.argv[0], c.argv[1:]...)
-	cmd.Env = append(os.Environ(), "LEASEHOLD_TOKEN="+t.Token().String(), "LEASEHOLD_KEY="+t.Key())
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, c.stdout, c.stderr
-	if err := cmd.Start(); err != nil {
-		log.Error("command did not start", "err", err)
-		return err
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			log.Warn("command failed while leading: resigning", "err", err)
-		}
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("term ended: stopping the command", "pid", cmd.Process.Pid, "cause", context.Cause(ctx))
-	cmd.Process.Signal(syscall.SIGTERM)
-	timer := time.NewTimer(c.grace)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		log.Warn("command ignored SIGTERM: killing it", "pid", cmd.Process.Pid)
-		cmd.Process.Kill()
-		<-done
-	}
-	return errors.Join(errTermEnded, context.Cause(ctx))
-}
-
-var errTermEnded = errors.New("term ended")
