@@ -1,6 +1,7 @@
 package election
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,7 @@ type RunOption func(*runConfig)
 
 type runConfig struct {
 	session    []fencing.SessionOption
+	ttl        time.Duration // as given to WithTTL: bounds each lease grant
 	log        *slog.Logger
 	backoffMin time.Duration
 	backoffMax time.Duration
@@ -44,7 +46,10 @@ type runConfig struct {
 
 // WithTTL sets the lease TTL of Run's sessions (see fencing.WithTTL).
 func WithTTL(d time.Duration) RunOption {
-	return func(c *runConfig) { c.session = append(c.session, fencing.WithTTL(d)) }
+	return func(c *runConfig) {
+		c.ttl = d
+		c.session = append(c.session, fencing.WithTTL(d))
+	}
 }
 
 // WithSafetyMargin sets the safety margin of Run's sessions (see
@@ -188,12 +193,17 @@ func (r *runner) loop(ctx context.Context) error {
 }
 
 // campaign makes a session if there is none (or it ended) and campaigns.
+// A lease grant gets one TTL: etcd that cannot grant a lease that long is
+// unreachable, and the caller is told so (a logged retry) instead of
+// waiting in silence.
 func (r *runner) campaign(ctx context.Context) (*Term, error) {
 	if r.s != nil && r.s.Err() != nil {
 		r.closeSession()
 	}
 	if r.s == nil {
-		s, err := fencing.NewSession(ctx, r.cli, r.cfg.session...)
+		gctx, cancel := context.WithTimeout(ctx, cmp.Or(r.cfg.ttl, fencing.DefaultTTL))
+		s, err := fencing.NewSession(gctx, r.cli, r.cfg.session...)
+		cancel()
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -225,5 +227,39 @@ func TestRunRejectsBadArguments(t *testing.T) {
 	}
 	if keys := c.Keys(t, ""); len(keys) != 0 {
 		t.Fatalf("keys left behind: %q", keys)
+	}
+}
+
+// With etcd down, Run says why it does not lead (a lease grant that cannot
+// complete is given up after one TTL and retried), and leads once etcd is
+// back.
+func TestRunReportsUnreachableEtcd(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := c.Client(t)
+	c.Stop(0)
+	var buf etcdtest.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	ctx, cancel := context.WithCancel(t.Context())
+	led := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- election.Run(ctx, cli, "unreachable", "v", func(ctx context.Context, _ *election.Term) error {
+			close(led)
+			<-ctx.Done()
+			return nil
+		}, election.WithTTL(2*time.Second), election.WithLogger(log), election.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+	}()
+	etcdtest.WaitFor(t, time.Minute, "a logged grant failure", func() bool {
+		return strings.Contains(buf.String(), "campaign failed") && strings.Contains(buf.String(), "grant lease")
+	})
+	c.Restart(t, 0)
+	select {
+	case <-led:
+	case <-time.After(time.Minute):
+		t.Fatalf("no term within a minute of etcd's return:\n%s", buf.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
