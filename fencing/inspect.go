@@ -3,9 +3,11 @@ package fencing
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,8 +33,10 @@ type QueueEntry struct {
 	Key   string `json:"key"`
 	// Value is what the key holds: the holder's identity (WithIdentity) for
 	// a lock, the candidate's value for an election.
-	Value string           `json:"value"`
-	Lease clientv3.LeaseID `json:"lease"`
+	Value string `json:"value"`
+	// Lease is the key's lease; JSON gives it in hex, as etcdctl and the
+	// library's logs do.
+	Lease clientv3.LeaseID `json:"-"`
 	// TTL is the lease's time left, read after the keys (TimeToLive, which
 	// truncates to whole seconds), and GrantedTTL its full TTL. A live
 	// session renews every third of its TTL, so TTL stays at or above two
@@ -46,6 +50,33 @@ type QueueEntry struct {
 	// keys that do not record it. Age is the time since, at the read.
 	Created time.Time     `json:"created,omitzero"`
 	Age     time.Duration `json:"age_ns"`
+}
+
+// queueEntryJSON is QueueEntry with its lease in hex.
+type queueEntryJSON struct {
+	*queueEntryAlias
+	Lease string `json:"lease"`
+}
+
+type queueEntryAlias QueueEntry
+
+// MarshalJSON writes the entry with its lease in hex.
+func (e QueueEntry) MarshalJSON() ([]byte, error) {
+	return json.Marshal(queueEntryJSON{(*queueEntryAlias)(&e), strconv.FormatInt(int64(e.Lease), 16)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (e *QueueEntry) UnmarshalJSON(b []byte) error {
+	v := queueEntryJSON{queueEntryAlias: (*queueEntryAlias)(e)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(v.Lease, 16, 64)
+	if err != nil {
+		return fmt.Errorf("fencing: lease %q: %w", v.Lease, err)
+	}
+	e.Lease = clientv3.LeaseID(id)
+	return nil
 }
 
 // Owner returns the queue's first entry, which owns the lock or leads the

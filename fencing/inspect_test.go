@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
@@ -159,5 +160,27 @@ func TestInspectFailsWithoutEtcd(t *testing.T) {
 	cli.Close()
 	if _, err := fencing.InspectPrefix(etcdtest.Context(t, wait), cli, "", ""); err == nil {
 		t.Error("InspectPrefix on a closed client succeeded")
+	}
+}
+
+// JSON has one naming style, and the lease in hex as the table and etcdctl
+// show it.
+func TestQueueEntryJSON(t *testing.T) {
+	e := fencing.QueueEntry{Token: fencing.Token{Name: "jobs/a", Revision: 7}, Key: "k", Lease: 0x694d9a1b2c3d4e5f}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"token":{"name":"jobs/a","revision":7}`, `"lease":"694d9a1b2c3d4e5f"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON %s lacks %s", b, want)
+		}
+	}
+	var back fencing.QueueEntry
+	if err := json.Unmarshal(b, &back); err != nil || back != e {
+		t.Fatalf("round trip: %+v, %v; want %+v", back, err, e)
+	}
+	if err := json.Unmarshal([]byte(`{"lease":"zz"}`), &back); err == nil {
+		t.Error("a lease that is not hex was accepted")
 	}
 }

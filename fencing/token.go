@@ -16,8 +16,8 @@ import (
 // a backup, do not compare: a store fenced by tokens from one cluster must
 // not be handed tokens from another.
 type Token struct {
-	Name     string // the lock or election name, exactly as the caller gave it
-	Revision int64  // create revision of the owner's key
+	Name     string `json:"name"`     // the lock or election name, exactly as the caller gave it
+	Revision int64  `json:"revision"` // create revision of the owner's key
 }
 
 // String returns the token as text that ParseToken reads back: the name,

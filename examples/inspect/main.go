@@ -12,26 +12,28 @@
 // TTLs); -o json prints the queues as JSON (one document per redraw).
 // --explain prints the safety budget of a TTL and margin: how long a crashed
 // holder blocks its successor, how long a partitioned one works on.
-// Endpoints may also come from ETCDCTL_ENDPOINTS, as for etcdctl.
+// Connection flags (--endpoints, --cacert, --cert, --key, --user,
+// --password, --dial-timeout) and their ETCDCTL_* variables work as for
+// etcdctl. When NAME is free as the kind asked for (lock, unless --kind)
+// but exists as the other kind, inspect says so on stderr. Exit status: 0,
+// 1 when etcd cannot be reached or read, 2 for a bad command line; --help
+// exits 0.
 package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/examples/internal/connect"
 	"github.com/leasehold/leasehold/fencing"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 func main() {
@@ -41,8 +43,8 @@ func main() {
 }
 
 type config struct {
-	endpoints, cacert, cert, key string
-	kind, prefix, output         string
+	conn                 connect.Config
+	kind, prefix, output string
 	watch, explain               bool
 	ttl, margin, timeout         time.Duration
 	name                         string
@@ -58,10 +60,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.endpoints, "endpoints", os.Getenv("ETCDCTL_ENDPOINTS"), "comma-separated etcd endpoints")
-	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify etcd's certificate")
-	fs.StringVar(&c.cert, "cert", "", "client certificate for etcd")
-	fs.StringVar(&c.key, "key", "", "client key for etcd")
+	c.conn.Register(fs, "")
 	fs.StringVar(&c.kind, "kind", "", `"lock" or "election"; unset: lock for NAME, both for --prefix`)
 	fs.StringVar(&c.prefix, "prefix", "", "show every queue whose name starts with this, instead of NAME")
 	fs.StringVar(&c.output, "o", "table", `output format: "table" or "json"`)
@@ -91,10 +90,11 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-o %q: want table or json", c.output)
 	case c.kind != "" && c.kind != string(fencing.KindLock) && c.kind != string(fencing.KindElection):
 		return c, fmt.Errorf("--kind %q: want lock or election", c.kind)
-	case (c.cert == "") != (c.key == ""):
-		return c, errors.New("--cert and --key go together")
-	case c.endpoints == "":
+	case c.conn.Endpoints == "":
 		return c, fmt.Errorf("no endpoints\n%s", howToConnect)
+	}
+	if err := c.conn.Validate(); err != nil {
+		return c, err
 	}
 	if len(names) == 1 {
 		c.name = names[0]
@@ -127,25 +127,29 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // read etcd, 2 for a bad command line.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, "inspect:", err)
-		}
+		fmt.Fprintln(stderr, "inspect:", err)
 		return 2
 	}
 	if c.explain {
 		return explain(c, stdout, stderr)
 	}
-	cli, err := newClient(c)
+	cli, err := c.conn.Dial(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "inspect:", err)
-		return 2
+		if errors.Is(err, connect.ErrUsage) {
+			return 2
+		}
+		return 1
 	}
 	defer cli.Close()
 	if c.watch {
 		err = watch(ctx, cli, c, newScreen(stdout, c.output))
-	} else {
-		err = show(ctx, cli, c, newScreen(stdout, c.output))
+	} else if err = show(ctx, cli, c, newScreen(stdout, c.output)); err == nil {
+		hintOtherKind(ctx, cli, c, stderr)
 	}
 	if err != nil && ctx.Err() == nil {
 		fmt.Fprintln(stderr, "inspect:", err)
@@ -182,21 +186,28 @@ func explain(c config, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func newClient(c config) (*clientv3.Client, error) {
-	var tlsCfg *tls.Config
-	if c.cacert != "" || c.cert != "" {
-		var err error
-		info := transport.TLSInfo{TrustedCAFile: c.cacert, CertFile: c.cert, KeyFile: c.key}
-		if tlsCfg, err = info.ClientConfig(); err != nil {
-			return nil, err
-		}
+// hintOtherKind says so when NAME is free as the kind asked for but has a
+// queue as the other kind: a lock and an election of one name are different
+// things, and "free" alone misleads.
+func hintOtherKind(ctx context.Context, cli *clientv3.Client, c config, stderr io.Writer) {
+	if c.name == "" {
+		return
 	}
-	return clientv3.New(clientv3.Config{
-		Endpoints:   strings.Split(c.endpoints, ","),
-		DialTimeout: 5 * time.Second,
-		TLS:         tlsCfg,
-		Logger:      zap.NewNop(),
-	})
+	other := fencing.KindElection
+	if fencing.Kind(c.kind) == fencing.KindElection {
+		other = fencing.KindLock
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	asked, err := fencing.Inspect(ctx, cli, fencing.Kind(c.kind), c.name)
+	if err != nil || len(asked.Entries) > 0 {
+		return
+	}
+	q, err := fencing.Inspect(ctx, cli, other, c.name)
+	if err == nil && len(q.Entries) > 0 {
+		fmt.Fprintf(stderr, "inspect: no %s named %q is held, but an %s of that name has %d key(s): use --kind %s\n",
+			c.kind, c.name, other, len(q.Entries), other)
+	}
 }
 
 // read returns the queues the command line asks for.

@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { progtest.Main(m, main) }
 
 func inspect(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -172,5 +175,51 @@ func TestUnreachableEtcdExitsOne(t *testing.T) {
 	code, _, stderr := inspect(t, "--endpoints", "127.0.0.1:1", "--timeout", "300ms", "n")
 	if code != 1 || !strings.Contains(stderr, "inspect:") {
 		t.Fatalf("exit %d, stderr %q; want 1 and the reason", code, stderr)
+	}
+}
+
+// As a user runs it: a built program, TLS with client certificates from
+// etcdctl's environment variables, --help, a wrong CA, nothing listening.
+func TestProgramWithTLS(t *testing.T) {
+	c := etcdtest.SingleTLS(t)
+	queue(t, c, "jobs/billing")
+	env := []string{"ETCDCTL_ENDPOINTS=" + c.Endpoints()[0], "ETCDCTL_CACERT=" + c.TLS.CA,
+		"ETCDCTL_CERT=" + c.TLS.Cert, "ETCDCTL_KEY=" + c.TLS.Key}
+	code, out, stderr := progtest.Run(t, time.Minute, env, "jobs/billing")
+	if code != 0 || !strings.Contains(out, `"host-a/1"`) {
+		t.Fatalf("with ETCDCTL_* TLS settings: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if code, _, stderr := progtest.Run(t, time.Minute, nil, "--help"); code != 0 || !strings.Contains(stderr, "usage: inspect") {
+		t.Fatalf("--help: exit %d\n%s", code, stderr)
+	}
+	ep := c.Endpoints()[0]
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"wrong CA", []string{"--endpoints", ep, "--cacert", c.TLS.WrongCA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}, "unknown authority"},
+		{"unreachable", []string{"--endpoints", "127.0.0.1:1"}, "127.0.0.1:1"},
+	} {
+		args := append(tc.args, "--dial-timeout", "2s", "jobs/billing")
+		if code, _, stderr := progtest.Run(t, time.Minute, nil, args...); code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d (want 1), stderr lacks %q:\n%s", tc.name, code, tc.want, stderr)
+		}
+	}
+}
+
+// A name free as a lock but led as an election gets a hint, not just "free".
+func TestHintsTheOtherKind(t *testing.T) {
+	c := etcdtest.Single(t)
+	e, err := election.New(fencingtest.Session(t, c.Client(t)), "reports")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Campaign(etcdtest.Context(t, fencingtest.Wait), "me"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := inspect(t, "--endpoints", c.Endpoints()[0], "reports")
+	if code != 0 || !strings.Contains(stderr, "use --kind election") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 }
