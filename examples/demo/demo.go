@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -16,10 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/examples/internal/connect"
 	"github.com/leasehold/leasehold/fencing"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // stepTimeout bounds every wait of the story; a step that takes longer
@@ -52,24 +50,26 @@ func runDemo(ctx context.Context, c config, out io.Writer) (bool, error) {
 		return false, fmt.Errorf("--workers %d: need at least 2", c.workers)
 	}
 	d := &demo{out: out, start: time.Now(), events: make(chan event, 1024)}
-	where := c.endpoints
+	where := c.conn.Endpoints
 	if where == "" {
 		e, err := startEmbedded()
 		if err != nil {
 			return false, fmt.Errorf("embedded etcd: %w", err)
 		}
 		defer e.Close()
-		c.endpoints, where = e.URL, "embedded etcd at "+e.URL
+		c.conn.Endpoints, where = e.URL, "embedded etcd at "+e.URL
 	}
-	cli, err := newClient(c)
+	if c.conn.DialTimeout == 0 {
+		c.conn.DialTimeout = connect.DefaultDialTimeout
+	}
+	c.run = strconv.FormatInt(time.Now().UnixNano(), 36)
+	cli, err := c.conn.Dial(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer cli.Close()
 	d.cli = cli
-	if _, err := cli.Delete(ctx, counterKey); err != nil {
-		return false, fmt.Errorf("reset %s: %w", counterKey, err)
-	}
+	defer d.cleanup(c.prefix())
 	d.ledger, err = startLedger()
 	if err != nil {
 		return false, err
@@ -84,7 +84,17 @@ func runDemo(ctx context.Context, c config, out io.Writer) (bool, error) {
 		return false, err
 	}
 	d.stopWorkers()
-	return d.verdict(ctx)
+	return d.verdict(ctx, c)
+}
+
+// cleanup deletes every key of this run, within a bound, even when ctx
+// has ended.
+func (d *demo) cleanup(prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
+	defer cancel()
+	if _, err := d.cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+		fmt.Fprintf(d.out, "could not delete the demo's keys under %s: %v\n", prefix, err)
+	}
 }
 
 func (d *demo) printf(format string, args ...any) {
@@ -182,11 +192,13 @@ func (d *demo) score(e event) {
 	}
 }
 
-func (d *demo) verdict(ctx context.Context) (bool, error) {
+func (d *demo) verdict(ctx context.Context, c config) (bool, error) {
 	for len(d.events) > 0 {
 		d.score(<-d.events)
 	}
-	resp, err := d.cli.Get(ctx, counterKey)
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	resp, err := d.cli.Get(ctx, c.prefix()+"counter")
 	if err != nil {
 		return false, err
 	}
@@ -212,9 +224,8 @@ func (d *demo) startWorkers(c config) error {
 		return err
 	}
 	for i := range c.workers {
-		cmd := exec.Command(exe, "--endpoints", c.endpoints, "--cacert", c.cacert, "--cert", c.cert, "--key", c.key,
-			"--ttl", c.ttl.String(), "--ledger", d.ledger.URL)
-		cmd.Env = append(os.Environ(), workerEnv+"="+strconv.Itoa(i))
+		cmd := exec.Command(exe, append(c.workerArgs(), "--ledger", d.ledger.URL)...)
+		cmd.Env = append(os.Environ(), workerEnv+"="+strconv.Itoa(i), "ETCDCTL_PASSWORD="+c.conn.Password)
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -260,23 +271,6 @@ func (d *demo) stopWorkers() {
 		}
 	}
 	d.procs = nil
-}
-
-func newClient(c config) (*clientv3.Client, error) {
-	var tlsCfg *tls.Config
-	if c.cacert != "" || c.cert != "" {
-		var err error
-		info := transport.TLSInfo{TrustedCAFile: c.cacert, CertFile: c.cert, KeyFile: c.key}
-		if tlsCfg, err = info.ClientConfig(); err != nil {
-			return nil, err
-		}
-	}
-	return clientv3.New(clientv3.Config{
-		Endpoints:   strings.Split(c.endpoints, ","),
-		DialTimeout: 5 * time.Second,
-		TLS:         tlsCfg,
-		Logger:      zap.NewNop(),
-	})
 }
 
 // ledger is the store outside etcd: it accepts a write only with a token

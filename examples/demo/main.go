@@ -20,6 +20,14 @@
 //
 //	go run ./examples/demo
 //	go run ./examples/demo --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem
+//
+// Against a real cluster every step is bounded (a step that makes no
+// progress in 30 s fails the demo), and the demo writes only under
+// leasehold-demo/<run id>/ (plus the library's election keys, which its
+// workers remove when they resign), and deletes that prefix when it ends.
+// Connection flags and ETCDCTL_* variables work as for etcdctl. Exit
+// status: 0 when the verdict holds, 1 when it does not, 2 when the demo
+// could not run (etcd unreachable, say).
 package main
 
 import (
@@ -30,28 +38,37 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/leasehold/leasehold/examples/internal/connect"
 )
 
 // workerEnv marks a re-executed worker process; its value is the worker's name.
 const workerEnv = "LEASEHOLD_DEMO_WORKER"
 
 type config struct {
-	endpoints string
-	cacert    string
-	cert      string
-	key       string
-	ttl       time.Duration
-	workers   int
+	conn    connect.Config
+	run     string // this run's id: every key the demo writes is under its prefix
+	ttl     time.Duration
+	workers int
 }
 
 // etcdFlags registers the flags that say how to reach etcd, shared by the
 // demo and the workers it starts.
 func (c *config) etcdFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd endpoints; empty: start an embedded etcd")
-	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify etcd's certificate")
-	fs.StringVar(&c.cert, "cert", "", "client certificate for etcd")
-	fs.StringVar(&c.key, "key", "", "client key for etcd")
+	c.conn.Register(fs, "")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the workers")
+	fs.StringVar(&c.run, "run", "", "(for workers) the run's id")
+}
+
+// prefix is where this run keeps its keys; the demo deletes it at the end.
+func (c *config) prefix() string { return "leasehold-demo/" + c.run + "/" }
+
+// workerArgs passes the connection to a worker; the password goes by
+// environment, not the command line.
+func (c *config) workerArgs() []string {
+	return []string{"--endpoints", c.conn.Endpoints, "--cacert", c.conn.CACert, "--cert", c.conn.Cert,
+		"--key", c.conn.Key, "--user", c.conn.User, "--dial-timeout", c.conn.DialTimeout.String(),
+		"--ttl", c.ttl.String(), "--run", c.run}
 }
 
 func main() {

@@ -19,16 +19,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-const (
-	electionName = "demo/leader"
-	counterKey   = "demo/counter"
-)
 
 // worker is one worker process. It reports on stdout, one event a line
 // ("leading <token>", "ack <token> <n>", ...), and obeys stdin: "freeze"
 // makes it wait before its next write until "go"; end of input stops it.
 type worker struct {
-	name   string
+	name    string
+	counter string // this run's counter key
 	cli    *clientv3.Client
 	ledger string
 
@@ -47,16 +44,17 @@ func workerMain(name string, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cli, err := newClient(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cli, err := c.conn.Dial(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 1
 	}
 	defer cli.Close()
-	w := &worker{name: name, cli: cli, ledger: ledger, freeze: make(chan struct{}), resume: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
+	w := &worker{name: name, counter: c.prefix() + "counter", cli: cli, ledger: ledger, freeze: make(chan struct{}), resume: make(chan struct{})}
 	go w.commands(cancel)
-	err = election.Run(ctx, cli, electionName, name, w.work,
+	err = election.Run(ctx, cli, strings.TrimSuffix(c.prefix(), "/"), name, w.work,
 		election.WithTTL(c.ttl), election.WithIdentity(name),
 		election.WithBackoff(20*time.Millisecond, 200*time.Millisecond),
 		election.OnStoppedLeading(func(t *election.Term, cause error) { w.say("stopped", t.Token(), cause) }))
@@ -115,7 +113,7 @@ func (w *worker) work(ctx context.Context, t *election.Term) error {
 }
 
 func (w *worker) read(ctx context.Context) (n, rev int64, err error) {
-	resp, err := w.cli.Get(ctx, counterKey)
+	resp, err := w.cli.Get(ctx, w.counter)
 	if err != nil || len(resp.Kvs) == 0 {
 		return 0, 0, err
 	}
@@ -128,8 +126,8 @@ func (w *worker) write(ctx context.Context, t *election.Term, n, rev int64) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	resp, err := guard.Txn(wctx, t).
-		If(clientv3.Compare(clientv3.ModRevision(counterKey), "=", rev)).
-		Then(clientv3.OpPut(counterKey, strconv.FormatInt(n+1, 10))).
+		If(clientv3.Compare(clientv3.ModRevision(w.counter), "=", rev)).
+		Then(clientv3.OpPut(w.counter, strconv.FormatInt(n+1, 10))).
 		Commit()
 	switch {
 	case errors.Is(err, guard.ErrNotOwner):

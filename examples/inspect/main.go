@@ -45,9 +45,9 @@ func main() {
 type config struct {
 	conn                 connect.Config
 	kind, prefix, output string
-	watch, explain               bool
-	ttl, margin, timeout         time.Duration
-	name                         string
+	watch, explain       bool
+	ttl, margin, timeout time.Duration
+	name                 string
 }
 
 const howToConnect = `inspect needs etcd's endpoints: pass --endpoints, or set ETCDCTL_ENDPOINTS.
