@@ -19,15 +19,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-
 // worker is one worker process. It reports on stdout, one event a line
 // ("leading <token>", "ack <token> <n>", ...), and obeys stdin: "freeze"
 // makes it wait before its next write until "go"; end of input stops it.
 type worker struct {
 	name    string
 	counter string // this run's counter key
-	cli    *clientv3.Client
-	ledger string
+	cli     *clientv3.Client
+	ledger  string
 
 	out      sync.Mutex // serialises event lines
 	freeze   chan struct{}
