@@ -3,25 +3,33 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { progtest.Main(m, main) }
 
-func seed(t *testing.T, c *etcdtest.Cluster, balances map[string]string) {
-	for a, v := range balances {
-		if _, err := c.Admin.Put(t.Context(), accounts+a, v); err != nil {
-			t.Fatal(err)
-		}
-	}
+// hang bounds every wait for the program: far above what it needs, so it
+// only catches a hang.
+const hang = 30 * time.Second
+
+func guarded(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(etcdtest.Context(t, hang), args, &out, &errOut)
+	return code, out.String(), errOut.String()
 }
 
 func balances(t *testing.T, c *etcdtest.Cluster) string {
+	t.Helper()
 	var parts []string
 	for _, a := range []string{"alice", "bob"} {
 		resp, err := c.Admin.Get(t.Context(), accounts+a)
@@ -35,33 +43,102 @@ func balances(t *testing.T, c *etcdtest.Cluster) string {
 
 func TestTransfer(t *testing.T) {
 	c := etcdtest.Single(t)
-	seed(t, c, map[string]string{"alice": "100", "bob": "100"})
-	var out bytes.Buffer
-	if err := run(t.Context(), c.Client(t), "alice", "bob", 30, &out); err != nil {
-		t.Fatal(err)
+	ep := c.Endpoints()[0]
+	code, out, stderr := guarded(t, "--endpoints", ep, "--seed", "100", "--amount", "30")
+	if code != 0 || !strings.Contains(out, "moved 30 from alice to bob") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
 	}
 	if got := balances(t, c); got != "alice=70 bob=130" {
 		t.Fatalf("balances = %s", got)
 	}
-	if err := run(t.Context(), c.Client(t), "alice", "bob", 71, &out); !errors.Is(err, ErrInsufficientFunds) {
-		t.Fatalf("overdraft: %v", err)
+	code, _, stderr = guarded(t, "--endpoints", ep, "--amount", "71")
+	if code != 1 || !strings.Contains(stderr, ErrInsufficientFunds.Error()) {
+		t.Fatalf("overdraft: exit %d, stderr:\n%s", code, stderr)
 	}
-	if !strings.Contains(out.String(), "moved 30 from alice to bob") {
-		t.Fatalf("output: %s", out.String())
+	if got := balances(t, c); got != "alice=70 bob=130" {
+		t.Fatalf("balances after the overdraft = %s; want unchanged", got)
+	}
+	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
+		t.Fatalf("lock keys left: %q", keys)
 	}
 }
 
 // A holder that lost its lock writes nothing.
 func TestTransferAfterLockLostWritesNothing(t *testing.T) {
 	c := etcdtest.Single(t)
-	seed(t, c, map[string]string{"alice": "100", "bob": "100"})
+	b := &bank{cli: c.Client(t), timeout: hang, log: slog.New(slog.DiscardHandler)}
+	if err := b.seed(t.Context(), 100, "alice", "bob"); err != nil {
+		t.Fatal(err)
+	}
 	h := fencingtest.Lock(t, fencingtest.Session(t, c.Client(t)), "accounts")
 	c.Delete(t, h.Key()) // an operator, or an expired lease
-	err := transfer(t.Context(), c.Client(t), h, "alice", "bob", 10)
+	err := b.transfer(t.Context(), h, "alice", "bob", 10)
 	if !errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("transfer after loss: %v; want ErrNotOwner", err)
 	}
 	if got := balances(t, c); got != "alice=100 bob=100" {
 		t.Fatalf("balances = %s; want unchanged", got)
+	}
+}
+
+// A lock held elsewhere for longer than --timeout fails the step that waits
+// for it, by name, instead of hanging.
+func TestLockWaitIsBounded(t *testing.T) {
+	c := etcdtest.Single(t)
+	fencingtest.Lock(t, fencingtest.Session(t, c.Client(t)), "accounts")
+	code, out, stderr := guarded(t, "--endpoints", c.Endpoints()[0], "--seed", "100", "--timeout", "1s")
+	if code != 1 || !strings.Contains(stderr, "lock accounts: no answer within 1s") || strings.Contains(out, "moved") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+}
+
+// As a user runs it: TLS with client certificates by flags or by etcdctl's
+// variables; a wrong CA or nothing listening fails within the dial timeout,
+// naming the endpoint.
+func TestProgramWithTLS(t *testing.T) {
+	c := etcdtest.SingleTLS(t)
+	ep := c.Endpoints()[0]
+	tlsArgs := []string{"--endpoints", ep, "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}
+	code, out, stderr := progtest.Run(t, hang, nil, append(tlsArgs, "--seed", "100", "--amount", "30")...)
+	if code != 0 || !strings.Contains(out, "moved 30 from alice to bob") {
+		t.Fatalf("with TLS flags: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	env := []string{"ETCDCTL_ENDPOINTS=" + ep, "ETCDCTL_CACERT=" + c.TLS.CA, "ETCDCTL_CERT=" + c.TLS.Cert, "ETCDCTL_KEY=" + c.TLS.Key}
+	if code, _, stderr := progtest.Run(t, hang, env, "--amount", "5"); code != 0 {
+		t.Fatalf("with ETCDCTL_* variables: exit %d\n%s", code, stderr)
+	}
+	if got := balances(t, c); got != "alice=65 bob=135" {
+		t.Fatalf("balances = %s", got)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"wrong CA", []string{"--endpoints", ep, "--cacert", c.TLS.WrongCA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}, ep},
+		{"unreachable", []string{"--endpoints", "127.0.0.1:1"}, "127.0.0.1:1"},
+	} {
+		code, _, stderr := progtest.Run(t, hang, nil, append(tc.args, "--dial-timeout", "2s")...)
+		if code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d (want 1), stderr lacks %q:\n%s", tc.name, code, tc.want, stderr)
+		}
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	if code, _, stderr := progtest.Run(t, hang, nil, "--help"); code != 0 || !strings.Contains(stderr, "usage: guarded") {
+		t.Fatalf("--help: exit %d\n%s", code, stderr)
+	}
+	for _, args := range [][]string{
+		{"--amount", "0"},
+		{"--from", "bob"},
+		{"--cert", "c.pem"},
+		{"--dial-timeout", "0s"},
+		{"--nonsense"},
+		{"extra"},
+	} {
+		if code := run(t.Context(), args, io.Discard, io.Discard); code != 2 {
+			t.Errorf("guarded %q: exit %d; want 2", args, code)
+		}
 	}
 }
