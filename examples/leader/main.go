@@ -1,80 +1,140 @@
 // Command leader is an HTTP service whose replicas elect one leader.
 //
-//	go run ./examples/leader --endpoints 127.0.0.1:2379 --listen 127.0.0.1:8081
-//	go run ./examples/leader --endpoints 127.0.0.1:2379 --listen 127.0.0.1:8082
+//	leader --endpoints 127.0.0.1:2379 --listen 127.0.0.1:8081
+//	leader --endpoints 127.0.0.1:2379 --listen 127.0.0.1:8082
+//	leader --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem --listen :8081
 //
-// Every replica campaigns with its own address. GET /leader answers, from
-// Observe, who leads now (503 when nobody does). POST /resign makes this
-// replica step down if it leads (409 otherwise); it then campaigns again, at
-// the back of the queue. POST /proclaim?value=V changes the value the leader
-// advertises (409 if this replica does not lead). GET /metrics serves the
-// replica's Prometheus metrics (see metrics.go): leasehold_owner is 1 while it
-// leads, as far as it knows. GET /healthz is a liveness probe (guard.Health):
-// 503 while the replica still acts as leader past its term's ValidUntil.
+// Every replica campaigns in the election --name (default leader-example)
+// with the address it serves on, through election.Run: when its session is
+// lost (a pause past the TTL, a quorum loss, a revoked lease) it makes a new
+// one and campaigns again, for as long as it runs.
+//
+// GET /leader answers, from Observe, who leads now (503 when nobody does or
+// when etcd cannot tell). POST /resign makes this replica step down if it
+// leads (409 otherwise); it then campaigns again, at the back of the queue.
+// POST /proclaim?value=V changes the value the leader advertises (409 if
+// this replica does not lead). GET /metrics serves the replica's Prometheus
+// metrics (see metrics.go): leasehold_owner is 1 while it leads, as far as it
+// knows. GET /healthz answers 503 while the replica cannot take part in the
+// election (its session can no longer vouch for its lease: etcd has not
+// renewed it in time, as during a quorum loss or a partition; a replica that
+// just started gets one TTL to make its first session) or while it still acts
+// as leader past its term's ValidUntil (guard.Health); 200 otherwise.
+//
+// Connection flags (--endpoints, --cacert, --cert, --key, --user,
+// --password, --dial-timeout) and their ETCDCTL_* variables work as for
+// etcdctl; --endpoints defaults to 127.0.0.1:2379. The replica logs to
+// stderr: the address it serves on ("serving addr=..."), each change of
+// leader, each term won and lost, each failed campaign and why; -v adds
+// debug detail. SIGINT or SIGTERM resigns (another replica takes over at
+// once) and exits 0. Exit status: 0 after a signal, 1 when etcd cannot be
+// reached at start or the address cannot be served, 2 for a bad command
+// line; --help exits 0.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/examples/internal/connect"
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/guard"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 func main() {
-	endpoints := flag.String("endpoints", "127.0.0.1:2379", "comma-separated etcd endpoints")
-	listen := flag.String("listen", "127.0.0.1:8081", "address to serve HTTP on; also this replica's campaign value")
-	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, *endpoints, *listen); err != nil {
-		fmt.Fprintln(os.Stderr, "leader:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(ctx, os.Args[1:], os.Stderr))
 }
 
-func serve(ctx context.Context, endpoints, listen string) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+type config struct {
+	conn   connect.Config
+	listen string
+	name   string
+	ttl    time.Duration
+}
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("leader", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.conn.Register(fs, "127.0.0.1:2379")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8081", "address to serve HTTP on (port 0: any free port); the address served on is this replica's campaign value")
+	fs.StringVar(&c.name, "name", "leader-example", "election name")
+	fs.DurationVar(&c.ttl, "ttl", fencing.DefaultTTL, "lease TTL: how long a vanished leader blocks the others")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leader [connection flags] [--listen ADDR] [--name NAME] [--ttl D] [-v]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case c.ttl < fencing.MinTTL:
+		return c, fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
+	}
+	if err := fencing.ValidateName(c.name); err != nil {
+		return c, fmt.Errorf("--name: %w", err)
+	}
+	return c, c.conn.Validate()
+}
+
+// run is the command: it serves until ctx ends and returns the exit status.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	c, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
-		return err
+		fmt.Fprintln(stderr, "leader:", err)
+		return 2
+	}
+	cli, err := c.conn.Dial(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "leader:", err)
+		if errors.Is(err, connect.ErrUsage) {
+			return 2
+		}
+		return 1
 	}
 	defer cli.Close()
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "leader:", err)
+		return 1
+	}
+	serve(ctx, cli, ln, c, c.conn.Logger(stderr))
+	return 0
+}
+
+// serve runs a replica on ln until ctx ends, then resigns and stops serving.
+func serve(ctx context.Context, cli *clientv3.Client, ln net.Listener, c config, log *slog.Logger) {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
-	s, err := fencing.NewSession(ctx, cli, fencing.WithObserver(m.observer()))
-	if err != nil {
-		return err
-	}
-	defer s.Close(context.WithoutCancel(ctx))
-	r, err := newReplica(ctx, s, "leader-example", listen)
-	if err != nil {
-		return err
-	}
-	defer r.wait()
-	srv := &http.Server{Addr: listen, Handler: withMetrics(r, reg)}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	r := newReplica(c.name, ln.Addr().String(), c.ttl, log)
+	srv := &http.Server{Handler: withMetrics(r, reg), ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Serve(ln) })
+	log.Info("serving", "addr", ln.Addr().String(), "election", c.name)
+	r.run(ctx, cli, m.observer())
+	log.Info("stopped: resigned if leading")
+	srv.Close()
+	wg.Wait()
 }
 
 // withMetrics serves GET /metrics from g, and every other request from h.
@@ -83,126 +143,4 @@ func withMetrics(h http.Handler, g prometheus.Gatherer) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.Handle("/", h)
 	return mux
-}
-
-// replica campaigns in the background, follows the election with Observe,
-// and serves both over HTTP.
-type replica struct {
-	e     *election.Election
-	value string
-	mux   *http.ServeMux
-	wg    sync.WaitGroup
-
-	mu   sync.Mutex
-	term *election.Term        // guarded by mu: nil unless this replica leads
-	seen *election.Observation // guarded by mu: the latest observation
-
-	health guard.Health // fails while this replica acts on a term past its ValidUntil
-}
-
-func newReplica(ctx context.Context, s *fencing.Session, name, value string) (*replica, error) {
-	e, err := election.New(s, name)
-	if err != nil {
-		return nil, err
-	}
-	r := &replica{e: e, value: value, mux: http.NewServeMux()}
-	r.mux.HandleFunc("GET /leader", r.leader)
-	r.mux.HandleFunc("POST /resign", r.resign)
-	r.mux.HandleFunc("POST /proclaim", r.proclaim)
-	r.mux.Handle("GET /healthz", &r.health)
-	r.wg.Go(func() { r.campaign(ctx) })
-	r.wg.Go(func() { r.observe(ctx) })
-	return r, nil
-}
-
-// wait returns once the background goroutines ended with their ctx.
-func (r *replica) wait() { r.wg.Wait() }
-
-func (r *replica) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.ServeHTTP(w, req) }
-
-// campaign leads whenever it can: after a lost or resigned term it queues
-// again.
-func (r *replica) campaign(ctx context.Context) {
-	for ctx.Err() == nil {
-		t, err := r.e.Campaign(ctx, r.value)
-		if err != nil {
-			return // the session ended, or ctx: this example stops campaigning
-		}
-		untrack := r.health.Track(t.Context(), t)
-		r.mu.Lock()
-		r.term = t
-		r.mu.Unlock()
-		select {
-		case <-t.Context().Done():
-		case <-ctx.Done():
-			t.Resign(context.WithoutCancel(ctx))
-		}
-		r.mu.Lock()
-		r.term = nil
-		r.mu.Unlock()
-		untrack()
-	}
-}
-
-func (r *replica) observe(ctx context.Context) {
-	for o := range r.e.Observe(ctx) {
-		r.mu.Lock()
-		r.seen = &o
-		r.mu.Unlock()
-	}
-}
-
-type leaderJSON struct {
-	Value string `json:"value"`
-	Token string `json:"token"`
-	Self  bool   `json:"self"`
-}
-
-func (r *replica) leader(w http.ResponseWriter, _ *http.Request) {
-	r.mu.Lock()
-	seen, term := r.seen, r.term
-	r.mu.Unlock()
-	switch {
-	case seen == nil:
-		http.Error(w, "no observation yet", http.StatusServiceUnavailable)
-	case seen.Err != nil:
-		http.Error(w, "cannot tell who leads: "+seen.Err.Error(), http.StatusServiceUnavailable)
-	case seen.Leader == nil:
-		http.Error(w, "nobody leads", http.StatusServiceUnavailable)
-	default:
-		self := term != nil && term.Token() == seen.Leader.Token
-		json.NewEncoder(w).Encode(leaderJSON{Value: seen.Leader.Value, Token: seen.Leader.Token.String(), Self: self})
-	}
-}
-
-func (r *replica) current(w http.ResponseWriter) *election.Term {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.term == nil {
-		http.Error(w, "not the leader", http.StatusConflict)
-	}
-	return r.term
-}
-
-func (r *replica) resign(w http.ResponseWriter, req *http.Request) {
-	if t := r.current(w); t != nil {
-		reply(w, t.Resign(req.Context()))
-	}
-}
-
-func (r *replica) proclaim(w http.ResponseWriter, req *http.Request) {
-	if t := r.current(w); t != nil {
-		reply(w, t.Proclaim(req.Context(), req.URL.Query().Get("value")))
-	}
-}
-
-func reply(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, election.ErrNotLeader):
-		http.Error(w, err.Error(), http.StatusConflict)
-	case err != nil:
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-	default:
-		fmt.Fprintln(w, "ok")
-	}
 }

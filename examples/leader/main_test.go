@@ -1,21 +1,57 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/examples/internal/progtest"
+	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { progtest.Main(m, main) }
 
-func get(t *testing.T, srv *httptest.Server) (int, leaderJSON) {
-	resp, err := srv.Client().Get(srv.URL + "/leader")
+// hang bounds every wait: far above what the step needs, so it only catches
+// a hang.
+const hang = 30 * time.Second
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+// startReplica runs a replica of election name in this process until the
+// test ends; obs receives its sessions' events.
+func startReplica(t *testing.T, cli *clientv3.Client, name, value string, obs fencing.Observer) (*replica, string) {
+	t.Helper()
+	r := newReplica(name, value, fencing.MinTTL, slog.New(slog.DiscardHandler))
+	srv := httptest.NewServer(r)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx, cli, obs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+	})
+	return r, srv.URL
+}
+
+func getLeader(t *testing.T, base string) (int, leaderJSON) {
+	t.Helper()
+	resp, err := httpClient.Get(base + "/leader")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +61,20 @@ func get(t *testing.T, srv *httptest.Server) (int, leaderJSON) {
 	return resp.StatusCode, l
 }
 
-func post(t *testing.T, srv *httptest.Server, path string) int {
-	resp, err := srv.Client().Post(srv.URL+path, "", nil)
+func healthz(t *testing.T, base string) (int, string) {
+	t.Helper()
+	resp, err := httpClient.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func post(t *testing.T, base, path string) int {
+	t.Helper()
+	resp, err := httpClient.Post(base+path, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,36 +82,33 @@ func post(t *testing.T, srv *httptest.Server, path string) int {
 	return resp.StatusCode
 }
 
+// leads waits until base reports itself as leader with a token other than
+// not, and returns that token.
+func leads(t *testing.T, base, not string) string {
+	t.Helper()
+	var tok string
+	etcdtest.WaitFor(t, hang, base+" to lead", func() bool {
+		code, l := getLeader(t, base)
+		tok = l.Token
+		return code == http.StatusOK && l.Self && l.Token != not
+	})
+	return tok
+}
+
 // Two replicas agree on the leader; the leader's resign hands over; only the
 // leader may proclaim, and the new value is what both report.
 func TestReplicas(t *testing.T) {
 	c := etcdtest.Single(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	var srvs []*httptest.Server
-	var reps []*replica
-	for _, v := range []string{"a", "b"} {
-		r, err := newReplica(ctx, fencingtest.Session(t, c.Client(t)), "test", v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(r)
-		t.Cleanup(srv.Close)
-		srvs, reps = append(srvs, srv), append(reps, r)
-	}
-	t.Cleanup(func() {
-		cancel()
-		for _, r := range reps {
-			r.wait()
-		}
-	})
+	_, a := startReplica(t, c.Client(t), "test", "a", fencing.Observer{})
+	_, b := startReplica(t, c.Client(t), "test", "b", fencing.Observer{})
 	var first leaderJSON
-	etcdtest.WaitFor(t, 30*time.Second, "both replicas to see one leader", func() bool {
-		c0, l0 := get(t, srvs[0])
-		c1, l1 := get(t, srvs[1])
+	etcdtest.WaitFor(t, hang, "both replicas to see one leader", func() bool {
+		c0, l0 := getLeader(t, a)
+		c1, l1 := getLeader(t, b)
 		first = l0
 		return c0 == 200 && c1 == 200 && l0.Token == l1.Token && l0.Self != l1.Self
 	})
-	lead, follow := srvs[0], srvs[1]
+	lead, follow := a, b
 	if first.Value == "b" {
 		lead, follow = follow, lead
 	}
@@ -73,25 +118,134 @@ func TestReplicas(t *testing.T) {
 	if code := post(t, lead, "/resign"); code != http.StatusOK {
 		t.Fatalf("leader resign: %d", code)
 	}
-	etcdtest.WaitFor(t, 30*time.Second, "the other replica to lead", func() bool {
-		code, l := get(t, follow)
-		return code == 200 && l.Self && l.Token != first.Token
-	})
+	leads(t, follow, first.Token)
 	if code := post(t, follow, "/proclaim?value=b2"); code != http.StatusOK {
 		t.Fatalf("new leader proclaim: %d", code)
 	}
-	etcdtest.WaitFor(t, 30*time.Second, "the proclaimed value", func() bool {
-		code, l := get(t, lead)
+	etcdtest.WaitFor(t, hang, "the proclaimed value", func() bool {
+		code, l := getLeader(t, lead)
 		return code == 200 && l.Value == "b2" && !l.Self
 	})
-	for _, srv := range srvs {
-		resp, err := srv.Client().Get(srv.URL + "/healthz")
-		if err != nil {
-			t.Fatal(err)
+	for _, base := range []string{a, b} {
+		if code, body := healthz(t, base); code != http.StatusOK {
+			t.Fatalf("healthz of a replica in good standing: %d %s", code, body)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("healthz of a replica in good standing: %d", resp.StatusCode)
+	}
+}
+
+// A replica whose lease is revoked (its session lost) campaigns on a new
+// session and leads again: it never leaves the election.
+func TestLeadsAgainAfterLeaseRevoked(t *testing.T) {
+	c := etcdtest.Single(t)
+	r, base := startReplica(t, c.Client(t), "revoked", "a", fencing.Observer{})
+	first := leads(t, base, "")
+	var term *election.Term
+	etcdtest.WaitFor(t, hang, "the replica to store its term", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		term = r.term
+		return term != nil
+	})
+	c.Revoke(t, term.Session().Lease())
+	leads(t, base, first)
+	etcdtest.WaitFor(t, hang, "/healthz 200", func() bool {
+		code, _ := healthz(t, base)
+		return code == http.StatusOK
+	})
+}
+
+// tlsArgs are the flags that reach c with the good certificates.
+func tlsArgs(c *etcdtest.Cluster) []string {
+	return []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}
+}
+
+var servingRE = regexp.MustCompile(`msg=serving addr=(\S+)`)
+
+// startProgram runs the leader program and returns it with its HTTP base URL.
+func startProgram(t *testing.T, args ...string) (*progtest.Prog, string) {
+	t.Helper()
+	p := progtest.Start(t, nil, append(args, "--listen", "127.0.0.1:0", "--ttl", "2s")...)
+	p.WaitStderr(t, hang, "msg=serving")
+	m := servingRE.FindStringSubmatch(p.Stderr())
+	if m == nil {
+		t.Fatalf("no address in:\n%s", p.Stderr())
+	}
+	return p, "http://" + m[1]
+}
+
+// As a user runs it, on a TLS cluster: it leads, serves its metrics, and on
+// SIGTERM resigns, leaving no key, and exits 0.
+func TestProgramWithTLS(t *testing.T) {
+	c := etcdtest.SingleTLS(t)
+	p, base := startProgram(t, tlsArgs(c)...)
+	leads(t, base, "")
+	if code, body := healthz(t, base); code != http.StatusOK {
+		t.Fatalf("healthz: %d %s", code, body)
+	}
+	resp, err := httpClient.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics bytes.Buffer
+	io.Copy(&metrics, resp.Body)
+	resp.Body.Close()
+	if want := `leasehold_owner{kind="election",name="leader-example"} 1`; !strings.Contains(metrics.String(), want) {
+		t.Fatalf("/metrics lacks %s:\n%s", want, metrics.String())
+	}
+	p.Signal(t, syscall.SIGTERM)
+	if code := p.Wait(t, hang); code != 0 {
+		t.Fatalf("after SIGTERM: exit %d\n%s", code, p.Stderr())
+	}
+	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
+		t.Fatalf("keys left after SIGTERM: %q\n%s", keys, p.Stderr())
+	}
+}
+
+// After a quorum loss (the only member stopped past the TTL) the replica's
+// session is gone: /healthz says so. Once etcd is back, the replica
+// campaigns on a new session, leads again, and /healthz is 200 again.
+func TestProgramLeadsAgainAfterQuorumLoss(t *testing.T) {
+	c := etcdtest.SingleTLS(t)
+	p, base := startProgram(t, tlsArgs(c)...)
+	first := leads(t, base, "")
+	c.Stop(0)
+	etcdtest.WaitFor(t, hang, "/healthz 503 while etcd is down", func() bool {
+		code, _ := healthz(t, base)
+		return code == http.StatusServiceUnavailable
+	})
+	p.WaitStderr(t, hang, "session lost")
+	c.Restart(t, 0)
+	leads(t, base, first)
+	etcdtest.WaitFor(t, hang, "/healthz 200 again", func() bool {
+		code, _ := healthz(t, base)
+		return code == http.StatusOK
+	})
+}
+
+// A wrong CA or nothing listening fails within the dial timeout, naming the
+// endpoint; --help exits 0; a bad command line exits 2.
+func TestProgramFailsClearly(t *testing.T) {
+	c := etcdtest.SingleTLS(t)
+	ep := c.Endpoints()[0]
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"wrong CA", []string{"--endpoints", ep, "--cacert", c.TLS.WrongCA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}, ep},
+		{"unreachable", []string{"--endpoints", "127.0.0.1:1"}, "127.0.0.1:1"},
+	} {
+		code, _, stderr := progtest.Run(t, hang, nil, append(tc.args, "--dial-timeout", "2s", "--listen", "127.0.0.1:0")...)
+		if code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d (want 1), stderr lacks %q:\n%s", tc.name, code, tc.want, stderr)
+		}
+	}
+	if code, _, stderr := progtest.Run(t, hang, nil, "--help"); code != 0 || !strings.Contains(stderr, "usage: leader") {
+		t.Fatalf("--help: exit %d\n%s", code, stderr)
+	}
+	for _, args := range [][]string{{"--ttl", "1s"}, {"--name", ""}, {"--cert", "c.pem"}, {"--nonsense"}, {"extra"}} {
+		if code := run(t.Context(), args, io.Discard); code != 2 {
+			t.Errorf("leader %q: exit %d; want 2", args, code)
 		}
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -26,9 +25,9 @@ import (
 // scrape returns every sample GET /metrics serves, keyed by its series as the
 // text format writes it (labels sorted by name), as in
 // `leasehold_owner{kind="election",name="x"}`.
-func scrape(t *testing.T, srv *httptest.Server) map[string]float64 {
+func scrape(t *testing.T, base string) map[string]float64 {
 	t.Helper()
-	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	resp, err := httpClient.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,18 +63,9 @@ func TestMetrics(t *testing.T) {
 	c := etcdtest.Single(t)
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
-	s := fencingtest.Session(t, c.Client(t), fencing.WithObserver(m.observer()))
-	ctx, cancel := context.WithCancel(t.Context())
-	r, err := newReplica(ctx, s, name, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := startReplica(t, c.Client(t), name, "a", m.observer())
 	srv := httptest.NewServer(withMetrics(r, reg))
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() {
-		cancel()
-		r.wait()
-	})
 
 	series := func(metric, labels string) string {
 		return fmt.Sprintf("%s{%skind=%q,name=%q}", metric, labels, "election", name)
@@ -100,7 +90,7 @@ func TestMetrics(t *testing.T) {
 			}
 		}()
 		etcdtest.WaitFor(t, 30*time.Second, what, func() bool {
-			got := scrape(t, srv)
+			got := scrape(t, srv.URL)
 			diff = diff[:0]
 			for _, k := range slices.Sorted(maps.Keys(w)) {
 				if got[k] != w[k] {
@@ -113,7 +103,7 @@ func TestMetrics(t *testing.T) {
 
 	want("the first win", map[string]float64{owner: 1, acquired: 1, waits: 1, released: 0, lost: 0})
 
-	if code := post(t, srv, "/resign"); code != http.StatusOK {
+	if code := post(t, srv.URL, "/resign"); code != http.StatusOK {
 		t.Fatalf("resign: %d", code)
 	}
 	// Alone in the election, the replica campaigns again and wins again.

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// replica campaigns for as long as it runs, follows the election with
+// Observe, and serves both over HTTP.
+type replica struct {
+	name, value string
+	ttl         time.Duration
+	log         *slog.Logger
+	mux         *http.ServeMux
+
+	mu   sync.Mutex
+	term *election.Term        // guarded by mu: nil unless this replica leads
+	seen *election.Observation // guarded by mu: the latest observation
+
+	health   guard.Health // fails while this replica acts on a term past its ValidUntil
+	standing standing     // fails while this replica's session cannot vouch for its lease
+}
+
+func newReplica(name, value string, ttl time.Duration, log *slog.Logger) *replica {
+	r := &replica{name: name, value: value, ttl: ttl, log: log, mux: http.NewServeMux()}
+	r.standing.start(ttl)
+	r.mux.HandleFunc("GET /leader", r.leader)
+	r.mux.HandleFunc("POST /resign", r.resign)
+	r.mux.HandleFunc("POST /proclaim", r.proclaim)
+	r.mux.HandleFunc("GET /healthz", r.healthz)
+	return r
+}
+
+func (r *replica) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.ServeHTTP(w, req) }
+
+// run campaigns and observes until ctx ends, then resigns (election.Run
+// does, at once) and returns once both have stopped. obs receives the
+// events of every session Run makes.
+func (r *replica) run(ctx context.Context, cli *clientv3.Client, obs fencing.Observer) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { r.observe(ctx, cli) })
+	renewed := obs.OnRenew
+	obs.OnRenew = func(e fencing.RenewEvent) {
+		r.standing.renewed(e)
+		if renewed != nil {
+			renewed(e)
+		}
+	}
+	// Run makes a new session whenever the last one is lost and campaigns
+	// again: a replica never leaves the election while it runs.
+	err := election.Run(ctx, cli, r.name, r.value, r.lead,
+		election.WithTTL(r.ttl), election.WithLogger(r.log), election.WithObserver(obs),
+		election.WithHealth(&r.health), election.OnSuccess(election.KeepLeading),
+		election.OnStartedLeading(func(t *election.Term) { r.log.Info("leading", "token", t.Token()) }))
+	if err != nil { // only for arguments that parse already refused
+		r.log.Error("cannot campaign", "err", err)
+	}
+}
+
+// lead is Run's work: it makes the term available to the handlers until
+// the term ends (lost, resigned through /resign, or ctx ended).
+func (r *replica) lead(ctx context.Context, t *election.Term) error {
+	r.setTerm(t)
+	defer r.setTerm(nil)
+	<-ctx.Done()
+	return nil
+}
+
+func (r *replica) setTerm(t *election.Term) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.term = t
+}
+
+// observe keeps the latest observation for /leader. Observe needs an
+// Election, and an Election a session, so observe makes one of its own: it
+// holds no key. Losing it (a quorum loss) does not stop Observe, which reads
+// and watches through the client and whose channel closes only when ctx
+// ends; it reports errors meanwhile and the leader again once etcd answers.
+func (r *replica) observe(ctx context.Context, cli *clientv3.Client) {
+	s := r.observerSession(ctx, cli)
+	if s == nil {
+		return // ctx ended
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl)
+		defer cancel()
+		s.Close(cctx)
+	}()
+	e, err := election.New(s, r.name)
+	if err != nil {
+		r.log.Error("cannot observe", "err", err) // parse validated the name
+		return
+	}
+	var last *election.Observation
+	for o := range e.Observe(ctx) {
+		r.mu.Lock()
+		r.seen = &o
+		r.mu.Unlock()
+		r.logObservation(last, o)
+		last = &o
+	}
+}
+
+// observerSession makes the observer's session, retrying every second until
+// it succeeds or ctx ends (nil then).
+func (r *replica) observerSession(ctx context.Context, cli *clientv3.Client) *fencing.Session {
+	for {
+		sctx, cancel := context.WithTimeout(ctx, r.ttl)
+		s, err := fencing.NewSession(sctx, cli, fencing.WithTTL(r.ttl))
+		cancel()
+		if err == nil {
+			return s
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.log.Warn("cannot observe the election; retrying", "err", err)
+		r.mu.Lock()
+		r.seen = &election.Observation{Err: err}
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// logObservation logs a change of leader, and the first of a run of errors
+// (the others at debug: Observe retries every few seconds).
+func (r *replica) logObservation(last *election.Observation, o election.Observation) {
+	switch {
+	case o.Err != nil && last != nil && last.Err != nil:
+		r.log.Debug("cannot tell who leads; retrying", "err", o.Err)
+	case o.Err != nil:
+		r.log.Warn("cannot tell who leads; retrying", "err", o.Err)
+	case o.Leader == nil:
+		r.log.Info("nobody leads")
+	default:
+		r.log.Info("leader", "value", o.Leader.Value, "token", o.Leader.Token)
+	}
+}
+
+type leaderJSON struct {
+	Value string `json:"value"`
+	Token string `json:"token"`
+	Self  bool   `json:"self"`
+}
+
+func (r *replica) leader(w http.ResponseWriter, _ *http.Request) {
+	r.mu.Lock()
+	seen, term := r.seen, r.term
+	r.mu.Unlock()
+	switch {
+	case seen == nil:
+		http.Error(w, "no observation yet", http.StatusServiceUnavailable)
+	case seen.Err != nil:
+		http.Error(w, "cannot tell who leads: "+seen.Err.Error(), http.StatusServiceUnavailable)
+	case seen.Leader == nil:
+		http.Error(w, "nobody leads", http.StatusServiceUnavailable)
+	default:
+		self := term != nil && term.Token() == seen.Leader.Token
+		json.NewEncoder(w).Encode(leaderJSON{Value: seen.Leader.Value, Token: seen.Leader.Token.String(), Self: self})
+	}
+}
+
+func (r *replica) current(w http.ResponseWriter) *election.Term {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.term == nil {
+		http.Error(w, "not the leader", http.StatusConflict)
+	}
+	return r.term
+}
+
+// resign ends this replica's term; Run sees the term end and campaigns
+// again, at the back of the queue.
+func (r *replica) resign(w http.ResponseWriter, req *http.Request) {
+	if t := r.current(w); t != nil {
+		ctx, cancel := context.WithTimeout(req.Context(), r.ttl)
+		defer cancel()
+		err := t.Resign(ctx)
+		r.log.Info("resign requested", "token", t.Token(), "err", err)
+		reply(w, err)
+	}
+}
+
+func (r *replica) proclaim(w http.ResponseWriter, req *http.Request) {
+	if t := r.current(w); t != nil {
+		ctx, cancel := context.WithTimeout(req.Context(), r.ttl)
+		defer cancel()
+		reply(w, t.Proclaim(ctx, req.URL.Query().Get("value")))
+	}
+}
+
+func reply(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, election.ErrNotLeader):
+		http.Error(w, err.Error(), http.StatusConflict)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	default:
+		fmt.Fprintln(w, "ok")
+	}
+}
+
+// healthz answers 503 while the replica cannot take part in the election,
+// or acts as leader past its term (guard.Health), and 200 "ok" otherwise.
+func (r *replica) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	err := r.standing.check(time.Now())
+	if err == nil {
+		err = r.health.Check()
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// standing tells whether the replica can take part in the election: whether
+// the session election.Run campaigns on can still vouch for its lease, as
+// its renewals report (fencing.RenewEvent.Margin is ValidUntil minus now).
+// A session renews every third of its TTL, and a failed renewal leaves
+// ValidUntil where it was: while etcd does not answer, ValidUntil passes.
+// A lost session stops reporting; Run's next one reports a third of a TTL
+// after it is made. What it cannot see: a session that renews but whose
+// campaigns fail (say, no permission on the election's keys); Run logs
+// those.
+type standing struct {
+	mu    sync.Mutex
+	until time.Time // guarded by mu: ValidUntil after the latest renewal attempt
+}
+
+// start gives a new replica grace to make its first session and renew it.
+func (s *standing) start(grace time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.until = time.Now().Add(grace)
+}
+
+func (s *standing) renewed(e fencing.RenewEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.until = time.Now().Add(e.Margin)
+}
+
+func (s *standing) check(now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if late := now.Sub(s.until); late >= 0 {
+		return fmt.Errorf("no live session for %v: cannot campaign until etcd renews a lease (see the log)",
+			late.Round(time.Millisecond))
+	}
+	return nil
+}
