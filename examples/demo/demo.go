@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leasehold/leasehold/examples/internal/connect"
 	"github.com/leasehold/leasehold/fencing"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -27,29 +26,28 @@ const stepTimeout = 30 * time.Second
 // event is one line a worker printed.
 type event struct {
 	worker int
-	kind   string   // leading, ack, ledger, frozen, fenced, stopped
+	kind   string   // leading, ack, ledger, frozen, fenced, stopped; exited when its output ends
 	args   []string // the rest of the line
 }
 
 type demo struct {
-	out    io.Writer
-	start  time.Time
-	cli    *clientv3.Client
-	procs  []*exec.Cmd
-	stdins []io.WriteCloser
-	events chan event
-	ledger *ledger
+	out     io.Writer // the story
+	errOut  io.Writer // the workers' logs, and problems
+	start   time.Time
+	cli     *clientv3.Client
+	procs   []*exec.Cmd
+	stdins  []io.WriteCloser
+	events  chan event
+	readers sync.WaitGroup // one per worker, reading its stdout into events
+	ledger  *ledger
 
 	acks     int   // guarded increments acknowledged
 	lastAck  int64 // the counter value of the last acknowledged increment
 	rejected int   // stale writes rejected: by etcd and by the ledger
 }
 
-func runDemo(ctx context.Context, c config, out io.Writer) (bool, error) {
-	if c.workers < 2 {
-		return false, fmt.Errorf("--workers %d: need at least 2", c.workers)
-	}
-	d := &demo{out: out, start: time.Now(), events: make(chan event, 1024)}
+func runDemo(ctx context.Context, c config, out, errOut io.Writer) (bool, error) {
+	d := &demo{out: out, errOut: errOut, start: time.Now(), events: make(chan event, 1024)}
 	where := c.conn.Endpoints
 	if where == "" {
 		e, err := startEmbedded()
@@ -59,27 +57,23 @@ func runDemo(ctx context.Context, c config, out io.Writer) (bool, error) {
 		defer e.Close()
 		c.conn.Endpoints, where = e.URL, "embedded etcd at "+e.URL
 	}
-	if c.conn.DialTimeout == 0 {
-		c.conn.DialTimeout = connect.DefaultDialTimeout
-	}
-	c.run = strconv.FormatInt(time.Now().UnixNano(), 36)
 	cli, err := c.conn.Dial(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer cli.Close()
 	d.cli = cli
-	defer d.cleanup(c.prefix())
+	defer d.cleanup(c)
 	d.ledger, err = startLedger()
 	if err != nil {
 		return false, err
 	}
 	defer d.ledger.Close()
-	d.printf("leasehold demo: %d workers, lease TTL %v, %s", c.workers, c.ttl, where)
+	d.printf("leasehold demo: %d workers, lease TTL %v, %s, keys under %s", c.workers, c.ttl, where, c.prefix())
+	defer d.stopWorkers() // also those started before one failed to start
 	if err := d.startWorkers(c); err != nil {
 		return false, err
 	}
-	defer d.stopWorkers()
 	if err := d.story(ctx, c); err != nil {
 		return false, err
 	}
@@ -87,13 +81,16 @@ func runDemo(ctx context.Context, c config, out io.Writer) (bool, error) {
 	return d.verdict(ctx, c)
 }
 
-// cleanup deletes every key of this run, within a bound, even when ctx
-// has ended.
-func (d *demo) cleanup(prefix string) {
+// cleanup deletes every key of this run, the counter and the election's
+// (the workers, stopped by now, resigned: any left are a killed worker's),
+// within a bound, even when ctx has ended.
+func (d *demo) cleanup(c config) {
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 	defer cancel()
-	if _, err := d.cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
-		fmt.Fprintf(d.out, "could not delete the demo's keys under %s: %v\n", prefix, err)
+	for _, prefix := range []string{c.prefix(), fencing.KeyPrefix(fencing.KindElection, c.election())} {
+		if _, err := d.cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+			fmt.Fprintf(d.errOut, "demo: could not delete the demo's keys under %s: %v\n", prefix, err)
+		}
 	}
 }
 
@@ -164,6 +161,9 @@ func (d *demo) until(ctx context.Context, match func(event) bool) (event, error)
 			if match(e) {
 				return e, nil
 			}
+			if e.kind == "exited" {
+				return event{}, fmt.Errorf("worker %d exited before the story ended (its log is on stderr)", e.worker)
+			}
 		case <-timeout:
 			return event{}, fmt.Errorf("no progress within %v", stepTimeout)
 		case <-ctx.Done():
@@ -223,10 +223,11 @@ func (d *demo) startWorkers(c config) error {
 	if err != nil {
 		return err
 	}
+	args, env := c.workerArgs(d.ledger.URL)
 	for i := range c.workers {
-		cmd := exec.Command(exe, append(c.workerArgs(), "--ledger", d.ledger.URL)...)
-		cmd.Env = append(os.Environ(), workerEnv+"="+strconv.Itoa(i), "ETCDCTL_PASSWORD="+c.conn.Password)
-		cmd.Stderr = os.Stderr
+		cmd := exec.Command(exe, args...)
+		cmd.Env = append(append(os.Environ(), workerEnv+"="+strconv.Itoa(i)), env...)
+		cmd.Stderr = d.errOut
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			return err
@@ -239,36 +240,51 @@ func (d *demo) startWorkers(c config) error {
 			return err
 		}
 		d.procs, d.stdins = append(d.procs, cmd), append(d.stdins, stdin)
-		go d.read(i, stdout)
+		d.readers.Go(func() { d.read(i, stdout) })
 	}
 	return nil
 }
 
+// read turns a worker's lines into events, and its end of output into an
+// "exited" event.
 func (d *demo) read(w int, r io.Reader) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) > 0 {
+		if f := strings.Fields(sc.Text()); len(f) > 0 {
 			d.events <- event{worker: w, kind: f[0], args: f[1:]}
 		}
 	}
+	d.events <- event{worker: w, kind: "exited"}
 }
 
-// stopWorkers ends every worker: end of input makes it resign and exit.
+// stopWorkers ends every worker: end of input makes it resign and exit. A
+// worker still running after 10 s is killed. Events keep being scored
+// meanwhile, so that no reader blocks on a full channel.
 func (d *demo) stopWorkers() {
+	if d.procs == nil {
+		return
+	}
 	for i, cmd := range d.procs {
 		cmd.Process.Signal(syscall.SIGCONT) // in case it is still frozen
 		d.stdins[i].Close()
 	}
-	for _, cmd := range d.procs {
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
+	read := make(chan struct{})
+	go func() { d.readers.Wait(); close(read) }()
+	kill := time.After(10 * time.Second)
+	for done := false; !done; {
 		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
+		case e := <-d.events:
+			d.score(e)
+		case <-read:
+			done = true
+		case <-kill:
+			for _, cmd := range d.procs {
+				cmd.Process.Kill()
+			}
 		}
+	}
+	for _, cmd := range d.procs {
+		cmd.Wait() // after the reads: Wait closes the pipes
 	}
 	d.procs = nil
 }

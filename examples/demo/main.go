@@ -12,34 +12,48 @@
 // the ledger refuses its stale token (409). Without the guard, that write
 // would have set the counter back and lost every increment made meanwhile.
 //
-// The demo prints a timeline and a verdict, and exits 0 only if the verdict
-// holds: the counter equals the acknowledged increments (lost updates: 0)
-// and both stale writes were rejected.
+// The demo prints a timeline on stdout and a verdict, and exits 0 only if
+// the verdict holds: the counter equals the acknowledged increments (lost
+// updates: 0) and both stale writes were rejected.
 //
 // Usage:
 //
 //	go run ./examples/demo
 //	go run ./examples/demo --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem
 //
-// Against a real cluster every step is bounded (a step that makes no
-// progress in 30 s fails the demo), and the demo writes only under
-// leasehold-demo/<run id>/ (plus the library's election keys, which its
-// workers remove when they resign), and deletes that prefix when it ends.
-// Connection flags and ETCDCTL_* variables work as for etcdctl. Exit
-// status: 0 when the verdict holds, 1 when it does not, 2 when the demo
-// could not run (etcd unreachable, say).
+// With neither --endpoints nor ETCDCTL_ENDPOINTS it starts an embedded etcd
+// in this process. Connection flags (--endpoints, --cacert, --cert, --key,
+// --user, --password, --dial-timeout) and their ETCDCTL_* variables work as
+// for etcdctl, and are handed to the workers (the password through their
+// environment, not their command line). Against a given cluster every step
+// is bounded: connecting takes at most --dial-timeout, each etcd call has a
+// deadline, and a step of the story that makes no progress in 30 s fails
+// the demo. The demo writes only under leasehold-demo/RUN/ (RUN is new for
+// each run) and its election is named leasehold-demo/RUN; when it ends,
+// however it ends (verdict, failure, SIGINT or SIGTERM), it stops its
+// workers, which resign, and deletes both key ranges.
+//
+// Logs (the workers' terms, losses and retries, with reasons) go to stderr;
+// -v adds debug detail. Exit status: 0 when the verdict holds; 1 when it
+// does not, or the demo could not run to the end (etcd unreachable, a step
+// without progress, interrupted); 2 for a bad command line; --help exits 0.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
+	"github.com/leasehold/leasehold/fencing"
 )
 
 // workerEnv marks a re-executed worker process; its value is the worker's name.
@@ -47,46 +61,97 @@ const workerEnv = "LEASEHOLD_DEMO_WORKER"
 
 type config struct {
 	conn    connect.Config
-	run     string // this run's id: every key the demo writes is under its prefix
 	ttl     time.Duration
 	workers int
-}
-
-// etcdFlags registers the flags that say how to reach etcd, shared by the
-// demo and the workers it starts.
-func (c *config) etcdFlags(fs *flag.FlagSet) {
-	c.conn.Register(fs, "")
-	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the workers")
-	fs.StringVar(&c.run, "run", "", "(for workers) the run's id")
-}
-
-// prefix is where this run keeps its keys; the demo deletes it at the end.
-func (c *config) prefix() string { return "leasehold-demo/" + c.run + "/" }
-
-// workerArgs passes the connection to a worker; the password goes by
-// environment, not the command line.
-func (c *config) workerArgs() []string {
-	return []string{"--endpoints", c.conn.Endpoints, "--cacert", c.conn.CACert, "--cert", c.conn.Cert,
-		"--key", c.conn.Key, "--user", c.conn.User, "--dial-timeout", c.conn.DialTimeout.String(),
-		"--ttl", c.ttl.String(), "--run", c.run}
+	run     string // this run's id: every key the demo writes is under its prefix
 }
 
 func main() {
 	if name := os.Getenv(workerEnv); name != "" {
 		os.Exit(workerMain(name, os.Args[1:]))
 	}
-	var c config
-	c.etcdFlags(flag.CommandLine)
-	flag.IntVar(&c.workers, "workers", 3, "number of worker processes (at least 2)")
-	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ok, err := runDemo(ctx, c, os.Stdout)
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.conn.Register(fs, "")
+	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the workers")
+	fs.IntVar(&c.workers, "workers", 3, "number of worker processes (at least 2)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: demo [connection flags] [--ttl D] [--workers N] [-v]")
+		fmt.Fprintln(stderr, "  without --endpoints (or ETCDCTL_ENDPOINTS) the demo runs on an embedded etcd")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case c.workers < 2:
+		return c, fmt.Errorf("--workers %d: need at least 2", c.workers)
+	case c.ttl < fencing.MinTTL:
+		return c, fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
+	case c.conn.Endpoints == "" && (c.conn.CACert != "" || c.conn.Cert != "" || c.conn.Key != "" || c.conn.User != ""):
+		return c, errors.New("TLS and user flags need --endpoints: the embedded etcd uses neither")
+	case c.conn.Endpoints == "":
+		return c, nil // embedded
+	}
+	return c, c.conn.Validate()
+}
+
+// run is the command: it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(2)
+		fmt.Fprintln(stderr, "demo:", err)
+		return 2
 	}
-	if !ok {
-		os.Exit(1)
+	c.run = strconv.FormatInt(time.Now().UnixNano(), 36)
+	ok, err := runDemo(ctx, c, stdout, stderr)
+	switch {
+	case errors.Is(err, connect.ErrUsage):
+		fmt.Fprintln(stderr, "demo:", err)
+		return 2
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintln(stderr, "demo: interrupted")
+		return 1
+	case err != nil:
+		fmt.Fprintln(stderr, "demo:", err)
+		return 1
+	case !ok:
+		return 1
 	}
+	return 0
+}
+
+// prefix is where this run keeps its keys; the demo deletes it at the end.
+func (c *config) prefix() string { return "leasehold-demo/" + c.run + "/" }
+
+// election is the name of this run's election.
+func (c *config) election() string { return strings.TrimSuffix(c.prefix(), "/") }
+
+// workerArgs passes the connection and the run to a worker; the password
+// goes by environment (ETCDCTL_PASSWORD), not the command line, where any
+// user of the machine could read it.
+func (c *config) workerArgs(ledger string) (args, env []string) {
+	user, password := c.conn.User, c.conn.Password
+	if name, pw, ok := strings.Cut(user, ":"); ok && password == "" {
+		user, password = name, pw
+	}
+	args = []string{"--endpoints", c.conn.Endpoints, "--cacert", c.conn.CACert, "--cert", c.conn.Cert,
+		"--key", c.conn.Key, "--user", user, "--dial-timeout", c.conn.DialTimeout.String(),
+		"--ttl", c.ttl.String(), "--run", c.run, "--ledger", ledger}
+	if c.conn.Verbose {
+		args = append(args, "-v")
+	}
+	return args, []string{"ETCDCTL_PASSWORD=" + password}
 }

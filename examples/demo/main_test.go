@@ -1,62 +1,136 @@
 package main
 
 import (
-	"bytes"
-	"os"
+	"io"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/examples/internal/connect"
+	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
-func TestMain(m *testing.M) {
-	// The demo re-executes itself for its workers: here, the test binary.
-	if name := os.Getenv(workerEnv); name != "" {
-		os.Exit(workerMain(name, os.Args[1:]))
-	}
-	etcdtest.Main(m)
-}
+// The demo re-executes itself for its workers: here, the test binary, whose
+// main then runs workerMain.
+func TestMain(m *testing.M) { progtest.Main(m, main) }
 
-// The whole story runs on an embedded etcd and its verdict holds.
-func TestDemo(t *testing.T) {
-	var out bytes.Buffer
-	ok, err := runDemo(etcdtest.Context(t, 2*time.Minute), config{ttl: 2 * time.Second, workers: 3}, &out)
-	t.Log("\n" + out.String())
-	if err != nil || !ok {
-		t.Fatalf("demo: ok=%v err=%v", ok, err)
+// hang bounds a whole run of the demo: far above what it needs (about ten
+// seconds), so it only catches a hang.
+const hang = 2 * time.Minute
+
+// noEtcdctlEnv keeps the tester's own ETCDCTL_* settings out of the runs.
+var noEtcdctlEnv = []string{"ETCDCTL_ENDPOINTS=", "ETCDCTL_CACERT=", "ETCDCTL_CERT=", "ETCDCTL_KEY=",
+	"ETCDCTL_USER=", "ETCDCTL_PASSWORD=", "ETCDCTL_DIAL_TIMEOUT="}
+
+func verdictHolds(t *testing.T, code int, stdout, stderr string) {
+	t.Helper()
+	t.Logf("stdout:\n%s", stdout)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
 	for _, want := range []string{"lost updates: 0", "REJECTED by etcd", "409 stale token", ": OK"} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 }
 
-// Against a given cluster (TLS with client certificates) the demo writes
-// only under its own prefix and leaves no key behind.
+// With no flags, the whole story runs on an embedded etcd and its verdict
+// holds.
+func TestDemoEmbedded(t *testing.T) {
+	code, stdout, stderr := progtest.Run(t, hang, noEtcdctlEnv)
+	verdictHolds(t, code, stdout, stderr)
+}
+
+// Against a given cluster (TLS with client certificates, by flags) the demo
+// writes only under its own prefix and leaves no key behind; other keys,
+// even where the demo used to write, are left alone.
 func TestDemoOnTLSClusterLeavesNoKeys(t *testing.T) {
 	c := etcdtest.SingleTLS(t)
-	cfg := config{ttl: 2 * time.Second, workers: 2}
-	cfg.conn = connect.Config{Endpoints: c.Endpoints()[0], CACert: c.TLS.CA, Cert: c.TLS.Cert, Key: c.TLS.Key, DialTimeout: 5 * time.Second}
-	var out bytes.Buffer
-	ok, err := runDemo(etcdtest.Context(t, 2*time.Minute), cfg, &out)
-	t.Log("\n" + out.String())
-	if err != nil || !ok {
-		t.Fatalf("demo: ok=%v err=%v", ok, err)
+	for _, k := range []string{"demo/counter", "leasehold-demo/other-run/counter"} {
+		if _, err := c.Admin.Put(t.Context(), k, "7"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
-		t.Fatalf("keys left in the cluster: %q", keys)
+	before := c.Keys(t, "")
+	args := []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key, "--workers", "2"}
+	code, stdout, stderr := progtest.Run(t, hang, noEtcdctlEnv, args...)
+	verdictHolds(t, code, stdout, stderr)
+	if after := c.Keys(t, ""); !slices.Equal(after, before) {
+		t.Fatalf("keys before the demo: %q\nafter: %q", before, after)
 	}
 }
 
-// An unreachable cluster fails the demo within the dial timeout, naming it.
-func TestDemoUnreachable(t *testing.T) {
-	cfg := config{ttl: 2 * time.Second, workers: 2}
-	cfg.conn = connect.Config{Endpoints: "127.0.0.1:1", DialTimeout: 2 * time.Second}
-	_, err := runDemo(etcdtest.Context(t, time.Minute), cfg, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
-		t.Fatalf("runDemo on nothing: %v", err)
+// Interrupted mid-story, the demo still stops its workers and deletes its
+// keys, and exits 1.
+func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
+	c := etcdtest.SingleTLS(t)
+	args := []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key, "--workers", "2"}
+	p := progtest.Start(t, noEtcdctlEnv, args...)
+	etcdtest.WaitFor(t, hang, "a worker to lead", func() bool { return strings.Contains(p.Stdout(), "leads with token") })
+	p.Signal(t, syscall.SIGINT)
+	if code := p.Wait(t, hang); code != 1 || !strings.Contains(p.Stderr(), "interrupted") {
+		t.Fatalf("exit %d (want 1); stderr:\n%s", code, p.Stderr())
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Fatalf("keys left after the interrupted demo: %q", keys)
+	}
+}
+
+// A wrong CA or nothing listening fails within the dial timeout, naming the
+// endpoint; --help exits 0; a bad command line exits 2.
+func TestDemoFailsClearly(t *testing.T) {
+	c := etcdtest.SingleTLS(t)
+	ep := c.Endpoints()[0]
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"wrong CA", []string{"--endpoints", ep, "--cacert", c.TLS.WrongCA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}, ep},
+		{"unreachable", []string{"--endpoints", "127.0.0.1:1"}, "127.0.0.1:1"},
+	} {
+		code, _, stderr := progtest.Run(t, time.Minute, noEtcdctlEnv, append(tc.args, "--dial-timeout", "2s")...)
+		if code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d (want 1), stderr lacks %q:\n%s", tc.name, code, tc.want, stderr)
+		}
+	}
+	if code, _, stderr := progtest.Run(t, time.Minute, noEtcdctlEnv, "--help"); code != 0 || !strings.Contains(stderr, "usage: demo") {
+		t.Fatalf("--help: exit %d\n%s", code, stderr)
+	}
+	t.Setenv("ETCDCTL_ENDPOINTS", "")
+	for _, args := range [][]string{
+		{"--workers", "1"},
+		{"--ttl", "1s"},
+		{"--cacert", "ca.pem"},
+		{"--endpoints", "127.0.0.1:2379", "--cert", "c.pem"},
+		{"--endpoints", "ftp://x"},
+		{"--nonsense"},
+		{"extra"},
+	} {
+		if code := run(t.Context(), args, io.Discard, io.Discard); code != 2 {
+			t.Errorf("demo %q: exit %d; want 2", args, code)
+		}
+	}
+}
+
+// Workers get the connection settings, with the password out of their
+// command line.
+func TestWorkerArgs(t *testing.T) {
+	c := config{ttl: 3 * time.Second, run: "r1"}
+	c.conn.Endpoints, c.conn.User, c.conn.DialTimeout, c.conn.Verbose = "https://e:2379", "ann:s3cret", 2*time.Second, true
+	c.conn.CACert, c.conn.Cert, c.conn.Key = "ca.pem", "c.pem", "k.pem"
+	args, env := c.workerArgs("http://ledger")
+	got := strings.Join(args, " ")
+	for _, want := range []string{"--endpoints https://e:2379", "--cacert ca.pem", "--cert c.pem", "--key k.pem",
+		"--user ann ", "--dial-timeout 2s", "--ttl 3s", "--run r1", "--ledger http://ledger", "-v"} {
+		if !strings.Contains(got+" ", want) {
+			t.Errorf("worker args %q lack %q", got, want)
+		}
+	}
+	if strings.Contains(got, "s3cret") || !slices.Contains(env, "ETCDCTL_PASSWORD=s3cret") {
+		t.Errorf("password: args %q, env %q; want it in the environment only", got, env)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,30 +36,36 @@ type worker struct {
 }
 
 func workerMain(name string, args []string) int {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	// A Ctrl-C on the terminal reaches the whole process group: let the demo
+	// stop the workers (end of input), so that they resign on the way out.
+	signal.Ignore(os.Interrupt)
 	var c config
 	var ledger string
-	c.etcdFlags(fs)
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	c.conn.Register(fs, "")
+	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL")
+	fs.StringVar(&c.run, "run", "", "the run's id")
 	fs.StringVar(&ledger, "ledger", "", "the ledger's URL")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	log := c.conn.Logger(os.Stderr).With("worker", name)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cli, err := c.conn.Dial(ctx)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
+		log.Error("cannot connect", "err", err)
 		return 1
 	}
 	defer cli.Close()
 	w := &worker{name: name, counter: c.prefix() + "counter", cli: cli, ledger: ledger, freeze: make(chan struct{}), resume: make(chan struct{})}
 	go w.commands(cancel)
-	err = election.Run(ctx, cli, strings.TrimSuffix(c.prefix(), "/"), name, w.work,
-		election.WithTTL(c.ttl), election.WithIdentity(name),
+	err = election.Run(ctx, cli, c.election(), name, w.work,
+		election.WithTTL(c.ttl), election.WithIdentity(name), election.WithLogger(log),
 		election.WithBackoff(20*time.Millisecond, 200*time.Millisecond),
 		election.OnStoppedLeading(func(t *election.Term, cause error) { w.say("stopped", t.Token(), cause) }))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
+		log.Error("cannot campaign", "err", err)
 		return 1
 	}
 	return 0
@@ -92,6 +99,7 @@ func (w *worker) work(ctx context.Context, t *election.Term) error {
 	for ctx.Err() == nil {
 		n, rev, err := w.read(ctx)
 		if err != nil {
+			pace(ctx, 50*time.Millisecond) // etcd is away: do not spin
 			continue
 		}
 		select {
@@ -111,7 +119,12 @@ func (w *worker) work(ctx context.Context, t *election.Term) error {
 	return nil
 }
 
+// callTimeout bounds each call a worker makes to etcd or the ledger.
+const callTimeout = 5 * time.Second
+
 func (w *worker) read(ctx context.Context) (n, rev int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	resp, err := w.cli.Get(ctx, w.counter)
 	if err != nil || len(resp.Kvs) == 0 {
 		return 0, 0, err
@@ -122,7 +135,7 @@ func (w *worker) read(ctx context.Context) (n, rev int64, err error) {
 
 // write stores n+1 in etcd (guarded) and then in the ledger (fenced).
 func (w *worker) write(ctx context.Context, t *election.Term, n, rev int64) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	resp, err := guard.Txn(wctx, t).
 		If(clientv3.Compare(clientv3.ModRevision(w.counter), "=", rev)).
