@@ -9,15 +9,22 @@
 //	inspect --explain --ttl 10s
 //
 // --watch redraws on every change of the keys (and every second, for the
-// TTLs); -o json prints the queues as JSON (one document per redraw).
-// --explain prints the safety budget of a TTL and margin: how long a crashed
-// holder blocks its successor, how long a partitioned one works on.
+// TTLs); a failed redraw is shown in the table, or logged on stderr with -o
+// json. -o json prints the queues as JSON, one document per line (per
+// redraw): snake_case keys, tokens as {"name","revision"}, leases in hex as
+// in the table and etcdctl, durations in nanoseconds (the _ns keys).
+// --timeout bounds each read of etcd. --explain prints the safety budget of
+// a TTL and margin: how long a crashed holder blocks its successor, how long
+// a partitioned one works on.
+//
 // Connection flags (--endpoints, --cacert, --cert, --key, --user,
 // --password, --dial-timeout) and their ETCDCTL_* variables work as for
-// etcdctl. When NAME is free as the kind asked for (lock, unless --kind)
-// but exists as the other kind, inspect says so on stderr. Exit status: 0,
-// 1 when etcd cannot be reached or read, 2 for a bad command line; --help
-// exits 0.
+// etcdctl; a cluster that cannot be reached fails within --dial-timeout,
+// naming each endpoint and why. When NAME is free as the kind asked for
+// (lock, unless --kind) but held or led as the other kind, inspect says so
+// on stderr ("no lock named X; an election named X has a leader (...): use
+// --kind election"). -v logs debug detail on stderr. Exit status: 0; 1 when
+// etcd cannot be reached or read; 2 for a bad command line; --help exits 0.
 package main
 
 import (
@@ -146,10 +153,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer cli.Close()
+	s := newScreen(stdout, c.output, c.conn.Logger(stderr))
 	if c.watch {
-		err = watch(ctx, cli, c, newScreen(stdout, c.output))
-	} else if err = show(ctx, cli, c, newScreen(stdout, c.output)); err == nil {
-		hintOtherKind(ctx, cli, c, stderr)
+		err = watch(ctx, cli, c, s)
+	} else {
+		err = once(ctx, cli, c, s, stderr)
 	}
 	if err != nil && ctx.Err() == nil {
 		fmt.Fprintln(stderr, "inspect:", err)
@@ -186,28 +194,40 @@ func explain(c config, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// hintOtherKind says so when NAME is free as the kind asked for but has a
-// queue as the other kind: a lock and an election of one name are different
-// things, and "free" alone misleads.
-func hintOtherKind(ctx context.Context, cli *clientv3.Client, c config, stderr io.Writer) {
-	if c.name == "" {
-		return
+// once shows the queues once. When NAME is free as the kind asked for but
+// has a queue as the other kind, it says so on stderr: a lock and an
+// election of one name are different things, and "free" alone misleads.
+func once(ctx context.Context, cli *clientv3.Client, c config, s *screen, stderr io.Writer) error {
+	qs, err := read(ctx, cli, c)
+	if err != nil {
+		return err
 	}
-	other := fencing.KindElection
+	if err := s.draw(qs, time.Now()); err != nil {
+		return err
+	}
+	if c.name != "" && len(qs) == 1 && len(qs[0].Entries) == 0 {
+		hintOtherKind(ctx, cli, c, stderr)
+	}
+	return nil
+}
+
+// hintOtherKind prints, for a NAME free as c.kind, who holds or leads it
+// as the other kind, if anyone: "no lock named X; an election named X has a
+// leader ("v"): use --kind election". It is only a hint: a failed read
+// prints nothing.
+func hintOtherKind(ctx context.Context, cli *clientv3.Client, c config, stderr io.Writer) {
+	other, has := fencing.KindElection, "an election named %q has a leader (%s)"
 	if fencing.Kind(c.kind) == fencing.KindElection {
-		other = fencing.KindLock
+		other, has = fencing.KindLock, "a lock named %q is held (by %s)"
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	asked, err := fencing.Inspect(ctx, cli, fencing.Kind(c.kind), c.name)
-	if err != nil || len(asked.Entries) > 0 {
+	q, err := fencing.Inspect(ctx, cli, other, c.name)
+	owner, ok := q.Owner()
+	if err != nil || !ok {
 		return
 	}
-	q, err := fencing.Inspect(ctx, cli, other, c.name)
-	if err == nil && len(q.Entries) > 0 {
-		fmt.Fprintf(stderr, "inspect: no %s named %q is held, but an %s of that name has %d key(s): use --kind %s\n",
-			c.kind, c.name, other, len(q.Entries), other)
-	}
+	fmt.Fprintf(stderr, "inspect: no %s named %q; "+has+": use --kind %s\n", c.kind, c.name, c.name, printable(owner.Value), other)
 }
 
 // read returns the queues the command line asks for.
@@ -256,6 +276,7 @@ func watch(ctx context.Context, cli *clientv3.Client, c config, s *screen) error
 			return nil
 		case resp, ok := <-events:
 			if !ok || resp.Err() != nil {
+				s.log.Debug("watch broken; making it again", "err", resp.Err())
 				events = nil // made again after the next tick: no busy loop while etcd is away
 				select {
 				case <-ctx.Done():

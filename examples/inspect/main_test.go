@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +191,10 @@ func TestProgramWithTLS(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"host-a/1"`) {
 		t.Fatalf("with ETCDCTL_* TLS settings: exit %d\n%s\n%s", code, out, stderr)
 	}
+	flags := []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key, "jobs/billing"}
+	if code, out, stderr := progtest.Run(t, time.Minute, nil, flags...); code != 0 || !strings.Contains(out, `"host-a/1"`) {
+		t.Fatalf("with TLS flags: exit %d\n%s\n%s", code, out, stderr)
+	}
 	if code, _, stderr := progtest.Run(t, time.Minute, nil, "--help"); code != 0 || !strings.Contains(stderr, "usage: inspect") {
 		t.Fatalf("--help: exit %d\n%s", code, stderr)
 	}
@@ -208,7 +214,8 @@ func TestProgramWithTLS(t *testing.T) {
 	}
 }
 
-// A name free as a lock but led as an election gets a hint, not just "free".
+// A name free as the kind asked for, but held or led as the other kind,
+// gets a hint that says so, instead of "free" alone.
 func TestHintsTheOtherKind(t *testing.T) {
 	c := etcdtest.Single(t)
 	e, err := election.New(fencingtest.Session(t, c.Client(t)), "reports")
@@ -218,8 +225,87 @@ func TestHintsTheOtherKind(t *testing.T) {
 	if _, err := e.Campaign(etcdtest.Context(t, fencingtest.Wait), "me"); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := inspect(t, "--endpoints", c.Endpoints()[0], "reports")
-	if code != 0 || !strings.Contains(stderr, "use --kind election") {
-		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	queue(t, c, "jobs/billing")
+	ep := c.Endpoints()[0]
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"reports"}, `inspect: no lock named "reports"; an election named "reports" has a leader ("me"): use --kind election`},
+		{[]string{"--kind", "election", "jobs/billing"}, `inspect: no election named "jobs/billing"; a lock named "jobs/billing" is held (by "host-a/1"): use --kind lock`},
+	} {
+		code, out, stderr := inspect(t, append([]string{"--endpoints", ep}, tc.args...)...)
+		if code != 0 || !strings.Contains(out, "free") || !strings.Contains(stderr, tc.want) {
+			t.Errorf("inspect %q: exit %d\nstdout:\n%s\nstderr:\n%s\nwant on stderr: %s", tc.args, code, out, stderr, tc.want)
+		}
+	}
+	if _, _, stderr := inspect(t, "--endpoints", ep, "nothing"); stderr != "" {
+		t.Errorf("a name free as both kinds got a hint: %s", stderr)
+	}
+}
+
+// The JSON output has one naming style (snake_case keys, the token as
+// {"name","revision"}), and gives each lease in hex, as the table does.
+func TestJSONStyleMatchesTable(t *testing.T) {
+	c := etcdtest.Single(t)
+	owner := queue(t, c, "jobs/style")
+	ep := c.Endpoints()[0]
+	_, table, _ := inspect(t, "--endpoints", ep, "jobs/style")
+	code, out, stderr := inspect(t, "--endpoints", ep, "-o", "json", "jobs/style")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var doc any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	snake := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if !snake.MatchString(k) {
+					t.Errorf("JSON key %q is not snake_case:\n%s", k, out)
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(doc)
+	lease := fmt.Sprintf("%x", int64(owner.Session().Lease()))
+	tok := fmt.Sprintf(`"token":{"name":"jobs/style","revision":%d}`, owner.Token().Revision)
+	if !strings.Contains(out, `"lease":"`+lease+`"`) || !strings.Contains(table, " "+lease+" ") || !strings.Contains(out, tok) {
+		t.Errorf("lease %s, token %s: JSON and table disagree:\n%s\n%s", lease, tok, out, table)
+	}
+}
+
+// --watch -o json keeps stdout for JSON: a failed redraw is logged on
+// stderr, with the reason, and the watch goes on.
+func TestWatchJSONLogsProblems(t *testing.T) {
+	c := etcdtest.Single(t) // no sessions: their cleanups would wait for the stopped member
+	ctx, cancel := context.WithCancel(t.Context())
+	var out, errOut etcdtest.Buffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"--endpoints", c.Endpoints()[0], "--watch", "-o", "json", "--timeout", "1s", "watched"}, &out, &errOut)
+	}()
+	etcdtest.WaitFor(t, fencingtest.Wait, "the first JSON document", func() bool { return strings.Contains(out.String(), `"name":"watched"`) })
+	c.Stop(0)
+	etcdtest.WaitFor(t, fencingtest.Wait, "a logged problem", func() bool {
+		return strings.Contains(errOut.String(), "could not read etcd; retrying")
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("watch exit %d:\n%s", code, errOut.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("stdout line is not JSON: %q", line)
+		}
 	}
 }

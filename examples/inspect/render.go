@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -16,13 +17,14 @@ import (
 // terminal, or as JSON, one document per line.
 type screen struct {
 	w     io.Writer
+	log   *slog.Logger // where problems go when the output is JSON
 	json  bool
 	tty   bool // clear the terminal before each redraw
 	drawn bool
 }
 
-func newScreen(w io.Writer, output string) *screen {
-	s := &screen{w: w, json: output == "json"}
+func newScreen(w io.Writer, output string, log *slog.Logger) *screen {
+	s := &screen{w: w, log: log, json: output == "json"}
 	if f, ok := w.(*os.File); ok && !s.json {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			s.tty = true
@@ -54,11 +56,14 @@ func (s *screen) draw(qs []fencing.Queue, now time.Time) error {
 	return err
 }
 
-// problem reports a failed redraw without ending a watch.
+// problem reports a failed redraw without ending a watch: in the table,
+// or on the log (stderr) when stdout is JSON for a program to read.
 func (s *screen) problem(err error) {
-	if !s.json {
-		fmt.Fprintf(s.w, "(could not read etcd: %v)\n", err)
+	if s.json {
+		s.log.Warn("could not read etcd; retrying", "err", err)
+		return
 	}
+	fmt.Fprintf(s.w, "(could not read etcd: %v)\n", err)
 }
 
 // table prints one queue: the owner first, then the waiters in order.
