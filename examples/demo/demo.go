@@ -101,7 +101,7 @@ func (d *demo) printf(format string, args ...any) {
 // story: a leader counts; it is frozen mid-write past its TTL; another
 // takes over; the old one resumes and its writes are refused.
 func (d *demo) story(ctx context.Context, c config) error {
-	first, err := d.until(ctx, func(e event) bool { return e.kind == "leading" })
+	first, err := d.until(ctx, "a worker to lead", func(e event) bool { return e.kind == "leading" })
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func (d *demo) story(ctx context.Context, c config) error {
 		return err
 	}
 	io.WriteString(d.stdins[first.worker], "freeze\n")
-	frozen, err := d.until(ctx, func(e event) bool { return e.kind == "frozen" })
+	frozen, err := d.until(ctx, "the leader to stop before its write", func(e event) bool { return e.kind == "frozen" })
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (d *demo) story(ctx context.Context, c config) error {
 	}
 	frozenAt := time.Now()
 	d.printf("worker %d frozen (SIGSTOP) after reading counter=%s, before writing %s+1", first.worker, frozen.args[1], frozen.args[1])
-	next, err := d.until(ctx, func(e event) bool { return e.kind == "leading" && e.worker != first.worker })
+	next, err := d.until(ctx, "another worker to lead", func(e event) bool { return e.kind == "leading" && e.worker != first.worker })
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func (d *demo) story(ctx context.Context, c config) error {
 	}
 	io.WriteString(d.stdins[first.worker], "go\n")
 	d.printf("worker %d resumed (SIGCONT); it writes counter=%s+1 as if it still led", first.worker, frozen.args[1])
-	if _, err := d.until(ctx, func(e event) bool { return e.kind == "ledger" && e.worker == first.worker }); err != nil {
+	if _, err := d.until(ctx, "the resumed worker's write", func(e event) bool { return e.kind == "ledger" && e.worker == first.worker }); err != nil {
 		return err
 	}
 	return nil
@@ -143,7 +143,7 @@ func (d *demo) story(ctx context.Context, c config) error {
 func (d *demo) acksFrom(ctx context.Context, w, n int) error {
 	from := d.lastAck + 1
 	for i := 0; i < n; i++ {
-		if _, err := d.until(ctx, func(e event) bool { return e.kind == "ack" && e.worker == w }); err != nil {
+		if _, err := d.until(ctx, fmt.Sprintf("worker %d to count", w), func(e event) bool { return e.kind == "ack" && e.worker == w }); err != nil {
 			return err
 		}
 	}
@@ -152,7 +152,7 @@ func (d *demo) acksFrom(ctx context.Context, w, n int) error {
 }
 
 // until consumes events, keeping score, until one matches.
-func (d *demo) until(ctx context.Context, match func(event) bool) (event, error) {
+func (d *demo) until(ctx context.Context, what string, match func(event) bool) (event, error) {
 	timeout := time.After(stepTimeout)
 	for {
 		select {
@@ -165,7 +165,7 @@ func (d *demo) until(ctx context.Context, match func(event) bool) (event, error)
 				return event{}, fmt.Errorf("worker %d exited before the story ended (its log is on stderr)", e.worker)
 			}
 		case <-timeout:
-			return event{}, fmt.Errorf("no progress within %v", stepTimeout)
+			return event{}, fmt.Errorf("waiting for %s: no progress within %v", what, stepTimeout)
 		case <-ctx.Done():
 			return event{}, ctx.Err()
 		}
@@ -200,7 +200,7 @@ func (d *demo) verdict(ctx context.Context, c config) (bool, error) {
 	defer cancel()
 	resp, err := d.cli.Get(ctx, c.prefix()+"counter")
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("read the counter %scounter: %w", c.prefix(), err)
 	}
 	var counter int64
 	if len(resp.Kvs) > 0 {
