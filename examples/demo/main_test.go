@@ -83,20 +83,7 @@ func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
 // endpoint; --help exits 0; a bad command line exits 2.
 func TestDemoFailsClearly(t *testing.T) {
 	c := etcdtest.SingleTLS(t)
-	ep := c.Endpoints()[0]
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"wrong CA", []string{"--endpoints", ep, "--cacert", c.TLS.WrongCA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}, ep},
-		{"unreachable", []string{"--endpoints", "127.0.0.1:1"}, "127.0.0.1:1"},
-	} {
-		code, _, stderr := progtest.Run(t, time.Minute, noEtcdctlEnv, append(tc.args, "--dial-timeout", "2s")...)
-		if code != 1 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("%s: exit %d (want 1), stderr lacks %q:\n%s", tc.name, code, tc.want, stderr)
-		}
-	}
+	progtest.CheckConnectFailures(t, c, time.Minute, noEtcdctlEnv)
 	if code, _, stderr := progtest.Run(t, time.Minute, noEtcdctlEnv, "--help"); code != 0 || !strings.Contains(stderr, "usage: demo") {
 		t.Fatalf("--help: exit %d\n%s", code, stderr)
 	}

@@ -110,19 +110,7 @@ func TestProgramWithTLS(t *testing.T) {
 	if got := balances(t, c); got != "alice=65 bob=135" {
 		t.Fatalf("balances = %s", got)
 	}
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"wrong CA", []string{"--endpoints", ep, "--cacert", c.TLS.WrongCA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}, ep},
-		{"unreachable", []string{"--endpoints", "127.0.0.1:1"}, "127.0.0.1:1"},
-	} {
-		code, _, stderr := progtest.Run(t, hang, nil, append(tc.args, "--dial-timeout", "2s")...)
-		if code != 1 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("%s: exit %d (want 1), stderr lacks %q:\n%s", tc.name, code, tc.want, stderr)
-		}
-	}
+	progtest.CheckConnectFailures(t, c, hang, nil)
 }
 
 func TestCommandLine(t *testing.T) {

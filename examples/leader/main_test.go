@@ -226,20 +226,7 @@ func TestProgramLeadsAgainAfterQuorumLoss(t *testing.T) {
 // endpoint; --help exits 0; a bad command line exits 2.
 func TestProgramFailsClearly(t *testing.T) {
 	c := etcdtest.SingleTLS(t)
-	ep := c.Endpoints()[0]
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"wrong CA", []string{"--endpoints", ep, "--cacert", c.TLS.WrongCA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}, ep},
-		{"unreachable", []string{"--endpoints", "127.0.0.1:1"}, "127.0.0.1:1"},
-	} {
-		code, _, stderr := progtest.Run(t, hang, nil, append(tc.args, "--dial-timeout", "2s", "--listen", "127.0.0.1:0")...)
-		if code != 1 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("%s: exit %d (want 1), stderr lacks %q:\n%s", tc.name, code, tc.want, stderr)
-		}
-	}
+	progtest.CheckConnectFailures(t, c, hang, nil, "--listen", "127.0.0.1:0")
 	if code, _, stderr := progtest.Run(t, hang, nil, "--help"); code != 0 || !strings.Contains(stderr, "usage: leader") {
 		t.Fatalf("--help: exit %d\n%s", code, stderr)
 	}

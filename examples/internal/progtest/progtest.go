@@ -136,3 +136,25 @@ func (p *Prog) WaitStderr(t testing.TB, d time.Duration, s string) {
 		return false
 	})
 }
+
+// CheckConnectFailures runs the program twice against endpoints it cannot
+// use, a TLS cluster verified with the wrong CA and a port nothing listens
+// on, and fails t unless each run exits 1 within d naming the endpoint on
+// stderr. args are added to both runs.
+func CheckConnectFailures(t testing.TB, c *etcdtest.Cluster, d time.Duration, env []string, args ...string) {
+	t.Helper()
+	ep := c.Endpoints()[0]
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"wrong CA", []string{"--endpoints", ep, "--cacert", c.TLS.WrongCA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}, ep},
+		{"unreachable", []string{"--endpoints", "127.0.0.1:1"}, "127.0.0.1:1"},
+	} {
+		code, _, stderr := Run(t, d, env, append(append(tc.args, "--dial-timeout", "2s"), args...)...)
+		if code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d (want 1), stderr lacks %q:\n%s", tc.name, code, tc.want, stderr)
+		}
+	}
+}
