@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -62,12 +63,13 @@ func (e *Election) Name() string { return e.name }
 // fencing.ErrKeyDeleted or ctx's error.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	start := time.Now()
-	entry, err := e.q.Acquire(ctx, e.s, value)
+	l := sessionlink.Of(e.s.Context())
+	entry, err := e.q.Acquire(ctx, l, value)
 	if err != nil {
 		return nil, fencing.AcquireError(e.s, fmt.Sprintf("campaign %q", e.name), err)
 	}
 	t := fencing.Token{Name: e.name, Revision: entry.Rev}
-	return &Term{s: e.s, token: t, key: entry.Key, value: value, life: e.s.Track(fencing.KindElection, t, entry.Key, time.Since(start))}, nil
+	return &Term{s: e.s, link: l, token: t, key: entry.Key, value: value, life: e.s.Track(fencing.KindElection, t, entry.Key, time.Since(start))}, nil
 }
 
 // Leader returns the current leader, read linearizably, or an error wrapping

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/ctxutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -120,7 +121,9 @@ func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 // guard.Txn and the term's token).
 //
 // When ctx ends, Run resigns at once, so another replica takes over without
-// waiting for the lease to expire, and returns nil. When work returns while
+// waiting for the lease to expire, and returns nil, at most one second after
+// ctx ended: if etcd does not answer the resign (and the lease's revoke) in
+// that second, the lease expires on its own within one TTL. When work returns while
 // its term lasts, the policies set by OnSuccess (default Return) and OnError
 // (default Recampaign) decide. Run creates a session, and a new one each time
 // the old one is lost, and closes it before returning.
@@ -131,22 +134,32 @@ func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
 	c := runConfig{backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second, onError: Recampaign}
+	nilOpt := false
 	for _, o := range opts {
+		if o == nil {
+			nilOpt = true
+			continue
+		}
 		o(&c)
 	}
-	if err := c.validate(cli, name, work); err != nil {
+	if err := c.validate(cli, name, work, nilOpt); err != nil {
 		return fmt.Errorf("election: Run %q: %w", name, err)
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, log: c.log.With("kind", fencing.KindElection, "name", name)}
+	var stop context.CancelFunc
+	r.leave, stop = ctxutil.Detach(ctx, leaveGrace, 0)
+	defer stop()
 	defer r.closeSession()
 	return r.loop(ctx)
 }
 
-func (c *runConfig) validate(cli *clientv3.Client, name string, work func(context.Context, *Term) error) error {
+func (c *runConfig) validate(cli *clientv3.Client, name string, work func(context.Context, *Term) error, nilOpt bool) error {
 	switch {
+	case nilOpt:
+		return fmt.Errorf("%w: nil option", fencing.ErrInvalidArgument)
 	case cli == nil:
 		return fmt.Errorf("%w: nil client", fencing.ErrInvalidArgument)
 	case work == nil:
@@ -168,6 +181,9 @@ type runner struct {
 	log   *slog.Logger
 	s     *fencing.Session
 	fails int // consecutive rounds that ended without a completed term
+	// leave ends leaveGrace after Run's ctx: what Run sends to hand over
+	// (a resign, a revoke) keeps going that long, and no longer.
+	leave context.Context
 }
 
 func (r *runner) loop(ctx context.Context) error {
@@ -216,51 +232,74 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 	return e.Campaign(ctx, r.value)
 }
 
-// lead runs work for one term and applies the policies. It reports whether
-// Run should campaign again, and what Run returns if not.
+// served is how one term ended.
+type served struct {
+	workErr error  // what work returned
+	policy  Policy // what the term's end asks for: OnSuccess's or OnError's
+	lost    bool   // the term ended before work returned or Run's ctx ended
+	cause   error  // why the term ended, as OnStoppedLeading is told
+}
+
+// lead serves one term and decides what comes next: whether Run campaigns
+// again, and what Run returns if not.
 func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
+	return r.next(ctx, r.serve(ctx, t))
+}
+
+// serve runs work for t and ends t: it resigns unless the term was lost.
+func (r *runner) serve(ctx context.Context, t *Term) served {
 	r.log.Debug("leading", "token", t.Token(), "lease", fmt.Sprintf("%x", int64(t.Session().Lease())))
 	if r.cfg.started != nil {
 		r.cfg.started(t)
 	}
-	wctx, stop := guard.Watch(ctx, t)
-	defer stop()
-	untrack := func() {}
-	if h := r.cfg.health; h != nil {
-		untrack = h.Track(wctx, t)
-		defer untrack() // also if work panics
-	}
-	err := r.work(wctx, t)
-	policy := r.cfg.onSuccess
-	if err != nil {
-		policy = r.cfg.onError
-	}
-	if policy == KeepLeading && wctx.Err() == nil {
-		<-wctx.Done()
-	}
-	untrack()
-	lost := wctx.Err() != nil && ctx.Err() == nil
-	cause := context.Cause(wctx)
-	stop()
-	if !lost {
-		cause = r.resign(ctx, t)
+	res := r.runWork(ctx, t)
+	if !res.lost {
+		res.cause = r.resign(t)
 	}
 	level := slog.LevelDebug
-	if lost {
+	if res.lost {
 		level = slog.LevelWarn
 	}
-	r.log.Log(ctx, level, "stopped leading", "token", t.Token(), "cause", cause, "work_err", err)
+	r.log.Log(ctx, level, "stopped leading", "token", t.Token(), "cause", res.cause, "work_err", res.workErr)
 	if r.cfg.stopped != nil {
-		r.cfg.stopped(t, cause)
+		r.cfg.stopped(t, res.cause)
 	}
+	return res
+}
+
+// runWork runs work under a context watched for t, tracked by the health
+// check, and keeps the term while the policy is KeepLeading. The watch and
+// the tracking end before it returns, so before the term is resigned.
+func (r *runner) runWork(ctx context.Context, t *Term) (res served) {
+	wctx, stop := guard.Watch(ctx, t)
+	defer stop()
+	if h := r.cfg.health; h != nil {
+		defer h.Track(wctx, t)() // also if work panics
+	}
+	res.workErr = r.work(wctx, t)
+	res.policy = r.cfg.onSuccess
+	if res.workErr != nil {
+		res.policy = r.cfg.onError
+	}
+	if res.policy == KeepLeading {
+		<-wctx.Done()
+	}
+	res.lost = wctx.Err() != nil && ctx.Err() == nil
+	res.cause = context.Cause(wctx)
+	return res
+}
+
+// next applies the policies to a served term: it reports whether Run
+// campaigns again (after a backoff), and what Run returns if not.
+func (r *runner) next(ctx context.Context, res served) (again bool, _ error) {
 	switch {
 	case ctx.Err() != nil:
 		return false, nil
-	case lost || policy == KeepLeading:
+	case res.lost || res.policy == KeepLeading:
 		r.fails++
-	case policy == Return:
-		return false, err
-	case err != nil:
+	case res.policy == Return:
+		return false, res.workErr
+	case res.workErr != nil:
 		r.fails++
 	default:
 		r.fails = 0
@@ -269,10 +308,14 @@ func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
 	return true, nil
 }
 
-// resign ends a term that is still valid, at once, even when ctx is done:
-// the next replica must not wait for the lease to expire.
-func (r *runner) resign(ctx context.Context, t *Term) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.TTL())
+// leaveGrace bounds what Run spends, once ctx has ended, on handing over:
+// resigning, and revoking its lease if that failed.
+const leaveGrace = time.Second
+
+// resign ends a term that is still valid, at once, even when Run's ctx is
+// done: the next replica must not wait for the lease to expire.
+func (r *runner) resign(t *Term) error {
+	rctx, cancel := context.WithTimeout(r.leave, r.s.TTL())
 	defer cancel()
 	if err := t.Resign(rctx); err != nil {
 		r.log.Warn("resign failed; the lease will expire", "token", t.Token(), "err", err)
@@ -301,8 +344,8 @@ func (r *runner) closeSession() {
 	if r.s == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.s.TTL())
+	cctx, cancel := context.WithTimeout(r.leave, r.s.TTL())
 	defer cancel()
-	r.s.Close(ctx)
+	r.s.Close(cctx)
 	r.s = nil
 }

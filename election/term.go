@@ -2,7 +2,6 @@ package election
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,25 +9,28 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Term is one won campaign: one key in etcd, the oldest of its election. It
 // implements guard.Owner and is safe for concurrent use.
 type Term struct {
-	s     *fencing.Session // set by Campaign, never changed: read without locking
+	s     *fencing.Session  // set by Campaign, never changed: read without locking
+	link  *sessionlink.Link // s's, for the library's own use
 	token fencing.Token
 	key   string
-	life  *fencing.Tenure // reports acquisition, then resignation or loss
+	life  *fencing.Tenure // reports acquisition, then resignation or loss; nil if nobody listens
 
 	mu       sync.Mutex  // serialises Proclaim and Resign
 	value    string      // guarded by mu: the last value written
 	resigned atomic.Bool // set once Resign succeeded or found the term lost
 
-	// ctxMu is separate from mu: arming a watch can block (until ValidUntil
-	// in a partition), and Resign must not wait for it.
-	ctxMu sync.Mutex
-	ctx   context.Context // guarded by ctxMu: nil until Context is first called
+	// ctxMu is separate from mu: Proclaim and Resign hold mu over a request,
+	// and Context must never wait for the network.
+	ctxMu   sync.Mutex
+	watch   *ownwatch.Watcher // guarded by ctxMu: nil until Context is first called
+	stopped bool              // guarded by ctxMu: Resign was called
 }
 
 // errResigned is the cause of a term's contexts after Resign.
@@ -51,78 +53,125 @@ func (t *Term) Value() string {
 }
 
 // Proclaim changes the leader's value, as observers see it, only while the
-// term lasts. It returns an error wrapping ErrNotLeader (and
-// guard.ErrNotOwner) when the term was already lost or resigned; after any
-// other error the value may or may not have changed, and Proclaim may be
-// retried.
+// term lasts, in one guarded txn; it returns by ctx's deadline. It returns an
+// error wrapping ErrNotLeader (and guard.ErrNotOwner) when the term was
+// already lost or resigned; after any other error the value may or may not
+// have changed, and Proclaim may be retried.
 func (t *Term) Proclaim(ctx context.Context, value string) error {
+	lost, err := t.proclaim(ctx, value)
+	if lost != nil { // reported with no lock held: the observer is user code
+		t.link.Owners.Lost(t.key, lost)
+		t.reject(err)
+	}
+	return err
+}
+
+// reject reports a write refused because the term was lost.
+func (t *Term) reject(err error) {
+	if f := t.s.Observer().OnReject; f != nil {
+		f(fencing.RejectEvent{Token: t.token, Cause: err})
+	}
+}
+
+// proclaim writes value while the term lasts. When the ownership compare
+// failed, it returns the loss to report.
+func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.resigned.Load() {
-		return fmt.Errorf("election: proclaim %v: %w: resigned", t.token, ErrNotLeader)
+		return nil, fmt.Errorf("election: proclaim %v: %w: resigned", t.token, ErrNotLeader)
 	}
-	if _, err := guard.Put(ctx, t, t.key, value, clientv3.WithLease(t.s.Lease())); err != nil {
-		return t.err("proclaim", err) // a failed txn has reported the loss
+	resp, err := t.s.Client().Txn(ctx).If(t.isOwner()).
+		Then(clientv3.OpPut(t.key, value, clientv3.WithLease(t.s.Lease()))).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("election: proclaim %v: %w", t.token, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: proclaim failed its ownership compare at revision %d", guard.ErrOwnerKeyGone, resp.Header.Revision),
+			fmt.Errorf("election: proclaim %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
 	}
 	t.value = value
-	return nil
+	return nil, nil
+}
+
+func (t *Term) isOwner() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token.Revision)
 }
 
 // Resign ends the term by deleting its key, which hands leadership to the
-// next candidate at once. It returns an error wrapping ErrNotLeader when the
-// term was already lost (key gone, or session ended: a key still there is
-// deleted all the same) or resigned. After any other error (the network) the
-// term is unchanged and Resign may be retried. The term's Context ends,
-// with ErrNotLeader as its cause, before the key goes.
+// next candidate at once; it returns by ctx's deadline.
+//
+// Resign first ends the term's contexts (Context, and every guard.Watch of
+// the term), with ErrNotLeader as their cause, so work under the term stops
+// before the key goes, whatever happens next. It returns an error wrapping
+// ErrNotLeader when the term was already lost (key gone, or session ended: a
+// key still there is deleted all the same) or resigned. After any other
+// error (ctx ended, the network) the key may still be in etcd, leading, and
+// guarded writes of the term still commit: call Resign again, or close the
+// session, to hand leadership over.
 func (t *Term) Resign(ctx context.Context) error {
+	report, err := t.resign(ctx)
+	report() // the observer and logger run with no lock held
+	return err
+}
+
+func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.resigned.Load() {
-		return fmt.Errorf("election: resign %v: %w: already resigned", t.token, ErrNotLeader)
+		return func() {}, fmt.Errorf("election: resign %v: %w: already resigned", t.token, ErrNotLeader)
 	}
-	ownwatch.Lost(t.key, errResigned)
-	_, err := guard.Delete(ctx, t, t.key)
-	if err != nil && !errors.Is(err, guard.ErrNotOwner) {
-		return fmt.Errorf("election: resign %v: %w", t.token, err)
+	t.ctxMu.Lock()
+	t.stopped = true // a later Context is born ended
+	t.ctxMu.Unlock()
+	// Reaches only the term's own watches: its tenure hears of
+	// ErrOwnerKeyGone alone, so no user code runs under t.mu.
+	t.link.Owners.Lost(t.key, errResigned)
+	// Keys are never reused: a plain delete of ours cannot touch a later
+	// term's key, and deleting nothing proves the term already lost.
+	resp, err := t.s.Client().Delete(ctx, t.key)
+	if err != nil {
+		return func() {}, fmt.Errorf("election: resign %v: %w", t.token, err)
 	}
 	t.resigned.Store(true)
-	if err != nil {
-		return t.err("resign", err) // a failed txn has reported the loss
+	if resp.Deleted == 0 {
+		err := fmt.Errorf("election: resign %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
+		return func() {
+			t.life.Lose(fmt.Errorf("%w: %q found gone by Resign", guard.ErrOwnerKeyGone, t.key))
+			t.reject(err)
+		}, err
 	}
 	if err := t.s.Err(); err != nil {
 		// The key was still there, but the session had stopped vouching
 		// for it: the term had already ended.
-		t.life.Lose(err)
-		return fmt.Errorf("election: resign %v: %w: %w", t.token, ErrNotLeader, err)
+		return func() { t.life.Lose(err) }, fmt.Errorf("election: resign %v: %w: %w", t.token, ErrNotLeader, err)
 	}
-	t.life.Release()
-	return nil
+	return t.life.Release, nil
 }
 
 // Context returns a context cancelled as soon as the term can no longer be
 // proven, with the cause: guard.ErrOwnerKeyGone, the session's Err, or
-// ErrNotLeader after Resign. It is guard.Watch of the term, armed on the
-// first call (which waits until the watch is established on the server) and
-// shared by later calls; Campaign pays for no watch until it is asked for.
+// ErrNotLeader once Resign was called. Every call returns the same context.
+//
+// Context never blocks: the first call starts a watch of the term's key in
+// the background, and Campaign pays for no watch until it is asked for. Until
+// the watch is armed (established on the server, one round trip when etcd is
+// reachable) the context still ends at the session's end, at ValidUntil at
+// the latest, and a deletion of the key before arming is found by the read
+// that arming ends with; once armed, a deletion is seen within one watch
+// round trip. guard.Watch returns only once its watch is armed.
 func (t *Term) Context() context.Context {
 	t.ctxMu.Lock()
 	defer t.ctxMu.Unlock()
-	if t.ctx == nil {
-		if t.resigned.Load() {
+	if t.watch == nil {
+		if t.stopped {
 			ctx, cancel := context.WithCancelCause(context.Background())
 			cancel(errResigned)
 			return ctx
 		}
-		// The watch's goroutine ends with the context: at Resign (Lost), at
-		// the loss, or when the session ends.
-		t.ctx, _ = guard.Watch(context.Background(), t)
+		// The watch's goroutine ends with the context: at Resign, at the
+		// loss, or when the session ends.
+		t.watch = ownwatch.Start(context.Background(), t.link.Owner(t.key, t.token.Revision))
 	}
-	return t.ctx
-}
-
-func (t *Term) err(op string, err error) error {
-	if errors.Is(err, guard.ErrNotOwner) {
-		return fmt.Errorf("election: %s %v: %w: %w", op, t.token, ErrNotLeader, err)
-	}
-	return fmt.Errorf("election: %s %v: %w", op, t.token, err)
+	return t.watch.Context()
 }

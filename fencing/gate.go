@@ -47,17 +47,25 @@ func (g *Gate) Admit(t Token) error { return g.AdmitContext(context.Background()
 
 // AdmitContext is Admit for a Store that talks to the network.
 func (g *Gate) AdmitContext(ctx context.Context, t Token) error {
+	return g.report(t, g.admit(ctx, t))
+}
+
+func (g *Gate) admit(ctx context.Context, t Token) error {
 	if err := ValidateName(t.Name); err != nil || t.Revision <= 0 {
 		return fmt.Errorf("fencing: admit %q@%d: %w", t.Name, t.Revision, ErrInvalidToken)
 	}
 	if err := g.store().Advance(ctx, t.Name, t.Revision); err != nil {
-		err = fmt.Errorf("fencing: admit %v: %w", t, err)
-		if f := g.Observer.OnReject; f != nil && errors.Is(err, ErrStaleToken) {
-			f(RejectEvent{Token: t, Cause: err})
-		}
-		return err
+		return fmt.Errorf("fencing: admit %v: %w", t, err)
 	}
 	return nil
+}
+
+// report tells the observer of a stale token, with no lock of g's held.
+func (g *Gate) report(t Token, err error) error {
+	if f := g.Observer.OnReject; f != nil && errors.Is(err, ErrStaleToken) {
+		f(RejectEvent{Token: t, Cause: err})
+	}
+	return err
 }
 
 // Do admits t and, if it is admitted, runs write while no other Do of the
@@ -71,13 +79,21 @@ func (g *Gate) AdmitContext(ctx context.Context, t Token) error {
 // another: such a store must check the token itself, in the same
 // transaction as the write (the fence column of the package doc).
 func (g *Gate) Do(ctx context.Context, t Token, write func() error) error {
+	admitted, err := g.do(ctx, t, write)
+	if !admitted {
+		return g.report(t, err) // the observer runs after the name's lock is released
+	}
+	return err
+}
+
+func (g *Gate) do(ctx context.Context, t Token, write func() error) (admitted bool, _ error) {
 	mu := g.nameLock(t.Name)
 	mu.Lock()
 	defer mu.Unlock()
-	if err := g.AdmitContext(ctx, t); err != nil {
-		return err
+	if err := g.admit(ctx, t); err != nil {
+		return false, err
 	}
-	return write()
+	return true, write()
 }
 
 func (g *Gate) store() GateStore {

@@ -22,16 +22,16 @@ type Hold struct {
 	s     *Session // set at creation, never changed: read without locking
 	token Token
 	key   string
-	life  *Tenure // reports acquisition, then release or loss
+	life  *Tenure // reports acquisition, then release or loss; nil if nobody listens
 
 	mu       sync.Mutex  // serialises Unlock
 	released atomic.Bool // set by Unlock once it succeeded or found the key gone
 
-	// ctxMu is separate from mu: arming a watch can block (until ValidUntil
-	// in a partition), and Unlock must not wait for it. Unlock ends the watch
-	// through ownwatch.Lost instead.
-	ctxMu sync.Mutex
-	ctx   context.Context // guarded by ctxMu: nil until Context is first called
+	// ctxMu is separate from mu: Unlock holds mu over a request, and Context
+	// must never wait for the network.
+	ctxMu   sync.Mutex
+	watch   *ownwatch.Watcher // guarded by ctxMu: nil until Context is first called
+	stopped bool              // guarded by ctxMu: Unlock was called
 }
 
 // errReleased is the cause of a hold's contexts after Unlock; made once, as
@@ -62,59 +62,75 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 
 // Unlock releases the hold by deleting its key, which hands the lock to the
 // next waiter at once. It deletes this hold's key and nothing else: an old
-// hold's Unlock can never release a newer one.
+// hold's Unlock can never release a newer one. It returns by ctx's deadline.
 //
-// It returns an error wrapping ErrNotHeld if the hold was already released
-// or lost (key deleted, lease gone, session ended); a key of an ended session
-// that still exists is deleted all the same. After any other error (the
-// network), the hold is unchanged and Unlock may be retried.
+// Unlock first ends the hold's contexts (Context, and every guard.Watch of
+// the hold), with ErrNotHeld as their cause, so work under the hold stops
+// before the key goes, whatever happens next. It returns an error wrapping
+// ErrNotHeld if the hold was already released or lost (key deleted, lease
+// gone, session ended); a key of an ended session that still exists is
+// deleted all the same. After any other error (ctx ended, the network) the
+// key may still be in etcd, owning the lock, and guarded writes of the hold
+// still commit: call Unlock again, or close the session, to release it.
 func (h *Hold) Unlock(ctx context.Context) error {
+	report, err := h.unlock(ctx)
+	report() // the observer and logger run with no lock held
+	return err
+}
+
+func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.released.Load() {
-		return fmt.Errorf("fencing: unlock %v: %w: already released", h.token, ErrNotHeld)
+		return func() {}, fmt.Errorf("fencing: unlock %v: %w: already released", h.token, ErrNotHeld)
 	}
-	// Work under the hold stops before the key goes, whatever the outcome.
-	ownwatch.Lost(h.key, errReleased)
+	h.ctxMu.Lock()
+	h.stopped = true // a later Context is born ended
+	h.ctxMu.Unlock()
+	// Reaches only the hold's own watches: its tenure hears of ErrKeyGone
+	// alone, so no user code runs under h.mu.
+	h.s.link.Owners.Lost(h.key, errReleased)
 	// Keys are never reused, so a plain delete of ours is as safe as a
 	// compare-guarded one: it cannot touch a later owner's key.
 	resp, err := h.s.cli.Delete(ctx, h.key)
 	if err != nil {
-		return fmt.Errorf("fencing: unlock %v: %w", h.token, err)
+		return func() {}, fmt.Errorf("fencing: unlock %v: %w", h.token, err)
 	}
 	h.released.Store(true)
 	if resp.Deleted == 0 {
-		h.life.Lose(ownwatch.ErrKeyGone)
-		return fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
+		return func() { h.life.Lose(ownwatch.ErrKeyGone) }, fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
 	}
 	if err := h.s.Err(); err != nil {
-		h.life.Lose(err)
-		return fmt.Errorf("fencing: unlock %v: %w: %w", h.token, ErrNotHeld, err)
+		return func() { h.life.Lose(err) }, fmt.Errorf("fencing: unlock %v: %w: %w", h.token, ErrNotHeld, err)
 	}
-	h.life.Release()
-	return nil
+	return h.life.Release, nil
 }
 
 // Context returns a context that is cancelled as soon as the hold can no
 // longer prove ownership, with the cause (context.Cause): the key deleted or
 // replaced (guard.ErrOwnerKeyGone), the session's Err (lease expired or
 // revoked, ValidUntil passed without a renewal, session closed), or
-// ErrNotHeld once Unlock was called. It is guard.Watch of this hold, made on
-// the first call (which waits until the watch is established on the server)
-// and shared by later ones; a Lock pays for no watch until it is asked for.
+// ErrNotHeld once Unlock was called. Every call returns the same context.
+//
+// Context never blocks: the first call starts a watch of the hold's key in
+// the background, and a Lock pays for no watch until it is asked for. Until
+// the watch is armed (established on the server, one round trip when etcd is
+// reachable) the context still ends at the session's end, at ValidUntil at
+// the latest, and a deletion of the key before arming is found by the read
+// that arming ends with; once armed, a deletion is seen within one watch
+// round trip. guard.Watch returns only once its watch is armed.
 func (h *Hold) Context() context.Context {
 	h.ctxMu.Lock()
 	defer h.ctxMu.Unlock()
-	if h.ctx == nil {
-		if h.released.Load() {
+	if h.watch == nil {
+		if h.stopped {
 			ctx, cancel := context.WithCancelCause(context.Background())
 			cancel(errReleased)
 			return ctx
 		}
-		// The watch's goroutine ends with the context: at Unlock (Lost), at
-		// the loss, or when the session ends.
-		h.ctx, _ = ownwatch.Watch(context.Background(),
-			ownwatch.Owner{Client: h.s.cli, Key: h.key, Rev: h.token.Revision, Lease: h.s, LeaseID: h.s.id, Expired: ErrLeaseExpired})
+		// The watch's goroutine ends with the context: at Unlock, at the
+		// loss, or when the session ends.
+		h.watch = ownwatch.Start(context.Background(), h.s.link.Owner(h.key, h.token.Revision))
 	}
-	return h.ctx
+	return h.watch.Context()
 }

@@ -50,13 +50,18 @@ func (m *Mutex) Name() string { return m.name }
 // the key just ahead of its own (so only the direct successor wakes on a
 // handoff) and survives compaction and reconnects. It returns an error
 // wrapping ErrSessionExpired if the session ends or its lease is found gone
-// first, ErrKeyDeleted if its queued key is deleted by someone else, or ctx's
-// error. On every failure its key is removed, even when ctx is done; if the
-// network is down, it keeps trying for one TTL, after which the lease has
-// expired and taken the key with it.
+// first, or ctx's error. If someone else (an operator) deletes its queued key
+// while it waits, Lock notices when its turn comes, as the key ahead of it
+// goes, and then returns ErrKeyDeleted; it does not queue again.
+//
+// Lock returns by ctx's deadline, plus at most 25 ms spent removing its key
+// on failure. On every failure its key is removed: at once when etcd
+// answers, otherwise in the background, which the session owns (Close waits
+// for it) and which ends when the session does (the lease then takes the
+// key).
 func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 	start := time.Now()
-	e, err := m.q.Acquire(ctx, m.s, m.s.identity)
+	e, err := m.q.Acquire(ctx, m.s.link, m.s.identity)
 	if err != nil {
 		return nil, AcquireError(m.s, fmt.Sprintf("lock %q", m.name), err)
 	}
@@ -68,7 +73,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 // writes nothing. Its other errors are Lock's.
 func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 	start := time.Now()
-	e, owner, err := m.q.TryAcquire(ctx, m.s, m.s.identity)
+	e, owner, err := m.q.TryAcquire(ctx, m.s.link, m.s.identity)
 	if err != nil {
 		return nil, AcquireError(m.s, fmt.Sprintf("trylock %q", m.name), err)
 	}

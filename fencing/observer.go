@@ -23,8 +23,8 @@ const (
 // Observer receives the events of a session and of every ownership made on
 // it, for metrics. Any field may be nil. Callbacks run on the goroutine that
 // made or noticed the event, so several may run at once; they must return
-// quickly, and must not call methods of the ownership they report (some run
-// while Unlock, Resign or Proclaim holds its lock).
+// quickly. None runs while the library holds a lock of its own, so a
+// callback may call any method of the session or the ownership it reports.
 //
 // Each ownership reports OnAcquire once, then exactly one of OnRelease
 // (Unlock, Resign, or the session closed) or OnLoss. A loss is reported when
@@ -96,12 +96,17 @@ func WithObserver(o Observer) SessionOption {
 	return func(c *sessionConfig) { c.observer = o }
 }
 
+func (o Observer) any() bool {
+	return o.OnAcquire != nil || o.OnRelease != nil || o.OnLoss != nil || o.OnRenew != nil || o.OnReject != nil
+}
+
 // Observer returns the observer the session reports to (the zero Observer
 // when none was set), so that packages built on sessions can report too.
 func (s *Session) Observer() Observer { return s.obs }
 
 // Tenure is one ownership being reported: acquired, then released or lost,
-// exactly once. Mutex makes one per Hold; package election one per term.
+// exactly once. Mutex makes one per Hold; package election one per term. A
+// nil *Tenure (no observer, no logger) reports nothing.
 type Tenure struct {
 	s     *Session
 	kind  Kind
@@ -117,9 +122,13 @@ type Tenure struct {
 // Track reports an ownership of kind with token t and key key, acquired after
 // waiting wait, to the session's observer and logger. It then reports the
 // ownership's end when the session ends (closing it is a release, any other
-// end a loss) or when a watch or a guarded txn in this process proves key
-// gone, unless Release or Lose reported it first.
+// end a loss) or when a watch or a guarded txn on the session proves key
+// gone, unless Release or Lose reported it first. With no observer and no
+// logger that would print a loss, it does nothing and returns nil.
 func (s *Session) Track(kind Kind, t Token, key string, wait time.Duration) *Tenure {
+	if !s.obs.any() && !s.log.Enabled(context.Background(), slog.LevelWarn) {
+		return nil // nobody to tell: a Lock pays for no report
+	}
 	tn := &Tenure{s: s, kind: kind, token: t, start: time.Now()}
 	if s.log.Enabled(context.Background(), slog.LevelDebug) { // spares every Lock the boxing of the attributes
 		s.log.Debug("acquired", "kind", kind, "name", t.Name, "token", t, "wait", wait)
@@ -129,7 +138,7 @@ func (s *Session) Track(kind Kind, t Token, key string, wait time.Duration) *Ten
 	}
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
-	tn.unregister = ownwatch.Register(key, func(cause error) {
+	tn.unregister = s.link.Owners.Register(key, func(cause error) {
 		if errors.Is(cause, ownwatch.ErrKeyGone) { // not Unlock's own notice
 			tn.Lose(cause)
 		}
@@ -149,7 +158,7 @@ func (tn *Tenure) Release() { tn.end(nil) }
 func (tn *Tenure) Lose(cause error) { tn.end(cause) }
 
 func (tn *Tenure) end(cause error) {
-	if !tn.ended.CompareAndSwap(false, true) {
+	if tn == nil || !tn.ended.CompareAndSwap(false, true) {
 		return
 	}
 	tn.mu.Lock()

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -30,8 +32,9 @@ type Session struct {
 	log      *slog.Logger
 	obs      Observer
 
-	ctx    context.Context // ends, with the cause, when done closes
+	ctx    context.Context // ends, with the cause, when done closes; carries link
 	cancel context.CancelCauseFunc
+	link   *sessionlink.Link // what guard, election and revqueue need of s
 
 	closingCtx context.Context // ends when Close is called: stops a revoke after loss
 	closing    context.CancelFunc
@@ -77,7 +80,10 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 		done:       make(chan struct{}),
 	}
 	s.period = s.ttl / 3
-	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	life, cancel := context.WithCancelCause(context.Background())
+	s.link = &sessionlink.Link{Client: cli, Lease: s.id, TTL: s.ttl, Owners: new(ownwatch.Registry), Expired: ErrLeaseExpired, Go: s.background}
+	s.ctx, s.cancel = sessionlink.With(life, s.link), cancel
+	s.link.Life = s.ctx
 	s.closingCtx, s.closing = context.WithCancel(context.Background())
 	s.expiry = time.AfterFunc(time.Until(s.validUntil), s.checkExpiry)
 	s.wg.Go(s.keepAlive)
@@ -154,10 +160,24 @@ func (s *Session) Close(ctx context.Context) error {
 
 // lose ends the session with cause, unless it already ended.
 func (s *Session) lose(cause error) {
+	if !s.end(cause) {
+		return
+	}
+	// Logged without s.mu: the handler is the caller's code, and may call
+	// back into the session.
+	if errors.Is(cause, ErrSessionClosed) {
+		s.log.Debug("session closed", "cause", cause)
+	} else {
+		s.log.Warn("session lost", "cause", cause)
+	}
+}
+
+// end records cause and closes done, unless the session already ended.
+func (s *Session) end(cause error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return
+		return false
 	}
 	s.err = cause
 	now := time.Now()
@@ -178,11 +198,20 @@ func (s *Session) lose(cause error) {
 			s.cli.Revoke(ctx, s.id)
 		})
 	}
-	if errors.Is(cause, ErrSessionClosed) {
-		s.log.Debug("session closed", "cause", cause)
-	} else {
-		s.log.Warn("session lost", "cause", cause)
+	return true
+}
+
+// background runs f in a goroutine that Close waits for, unless the session
+// has ended: s.mu orders every Add before the Wait in Close, which ends the
+// session first.
+func (s *Session) background(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return false
 	}
+	s.wg.Go(f)
+	return true
 }
 
 // checkExpiry runs when the expiry timer fires. A renewal may have moved

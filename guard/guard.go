@@ -6,6 +6,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 )
 
 // ErrOwnerKeyGone is the cause of a watched context whose owner key was
@@ -39,9 +40,7 @@ type Owner interface {
 // The returned CancelFunc ends the watch and returns once its goroutine has
 // exited; call it when the work is done.
 func Watch(ctx context.Context, o Owner) (context.Context, context.CancelFunc) {
-	s := o.Session()
-	return ownwatch.Watch(ctx, ownwatch.Owner{Client: s.Client(), Key: o.Key(), Rev: o.Token().Revision,
-		Lease: s, LeaseID: s.Lease(), Expired: fencing.ErrLeaseExpired})
+	return ownwatch.Watch(ctx, link(o).Owner(o.Key(), o.Token().Revision))
 }
 
 // Do runs f under a context watched for o's ownership (see Watch) and returns
@@ -58,3 +57,6 @@ func Do(ctx context.Context, o Owner, f func(ctx context.Context) error) error {
 	}
 	return err
 }
+
+// link returns what guard needs of o's session.
+func link(o Owner) *sessionlink.Link { return sessionlink.Of(o.Session().Context()) }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/ownwatch"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -75,7 +74,7 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), err)
 	}
 	if !resp.Succeeded {
-		ownwatch.Lost(g.o.Key(), fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
+		link(g.o).Owners.Lost(g.o.Key(), fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
 			ErrOwnerKeyGone, resp.Header.Revision))
 		err := fmt.Errorf("guard: txn for %v at revision %d: %w", g.o.Token(), resp.Header.Revision, ErrNotOwner)
 		if f := g.o.Session().Observer().OnReject; f != nil {

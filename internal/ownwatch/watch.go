@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,23 +18,22 @@ import (
 // ErrOwnerKeyGone.
 var ErrKeyGone = errors.New("guard: owner key deleted or replaced")
 
-// Lease is what a watch needs of a session: a context that ends, with the
-// cause, when the session stops vouching for its lease.
-type Lease interface {
-	Context() context.Context
-}
-
 // Owner names the key to watch and the create revision that proves
 // ownership.
 type Owner struct {
-	Client  *clientv3.Client
-	Key     string
-	Rev     int64
-	Lease   Lease
+	Client *clientv3.Client
+	Key    string
+	Rev    int64
+	// Lease is the session's context: it ends, with the cause, when the
+	// session stops vouching for its lease.
+	Lease   context.Context
 	LeaseID clientv3.LeaseID
 	// Expired is the cause to report, with ErrKeyGone, when the key went
 	// because its lease was revoked or expired.
 	Expired error
+	// Owners is the session's registry: the watch registers there, so that
+	// a loss proven elsewhere (a guarded txn, Unlock) ends it too.
+	Owners *Registry
 }
 
 // retryDelay paces re-arming a broken watch while the session still vouches.
@@ -45,50 +43,74 @@ const retryDelay = 50 * time.Millisecond
 // key: the context is cancelled when it ends, whatever it found.
 const leaseCheckTimeout = 100 * time.Millisecond
 
-// Watch returns a context cancelled with a cause once o's ownership can no
-// longer be proven: ErrKeyGone, the lease's Err, or parent's cause. It
-// returns once its watch is established on the server and the key was seen
-// alive at or after the watch's start revision, or once ownership is lost or
-// parent is done (the context is then already done). cancel ends the watch
-// with context.Canceled and returns after its goroutine has exited.
+// Watch is Start, then a wait until the watch is armed (see Watcher.Armed),
+// or ownership is lost, or parent is done (the context is then already
+// done). cancel ends the watch with context.Canceled and returns after its
+// goroutine has exited.
 func Watch(parent context.Context, o Owner) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(parent)
-	// The session's end cancels the watch at once, even while it is blocked
-	// in etcd (clientv3's Watch call blocks until the server creates the
-	// watch): the context ends at ValidUntil whatever the network does.
-	lease := o.Lease.Context()
-	stopLease := context.AfterFunc(lease, func() { cancel(context.Cause(lease)) })
-	w := &watcher{o: o, ctx: ctx, cancel: cancel, done: make(chan struct{})}
-	unregister := Register(o.Key, func(cause error) { cancel(cause) })
-	if lease.Err() != nil {
-		cancel(context.Cause(lease)) // now, not when the AfterFunc runs
-	}
-	wch := w.arm()
-	go func() {
-		defer close(w.done)
-		defer unregister()
-		defer stopLease()
-		w.run(wch)
-	}()
-	return ctx, func() {
-		cancel(context.Canceled)
-		<-w.done
-	}
+	w := Start(parent, o)
+	<-w.armed
+	return w.ctx, func() { w.Stop(context.Canceled) }
 }
 
-type watcher struct {
+// Watcher is one running watch of an owner key.
+type Watcher struct {
 	o      Owner
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	armed  chan struct{}
 	done   chan struct{}
 	wctx   context.Context // the current etcd watch's context
 	wstop  context.CancelFunc
 }
 
+// Start returns at once a watch whose context is cancelled with a cause once
+// o's ownership can no longer be proven: ErrKeyGone, the lease's cause, or
+// parent's cause. The etcd watch is armed in the background; until it is,
+// the context still ends with the session (at ValidUntil at the latest), and
+// a deletion made before arming is found by the read that arming ends with.
+func Start(parent context.Context, o Owner) *Watcher {
+	ctx, cancel := context.WithCancelCause(parent)
+	w := &Watcher{o: o, ctx: ctx, cancel: cancel, armed: make(chan struct{}), done: make(chan struct{})}
+	// The session's end cancels the watch at once, even while it is blocked
+	// in etcd (clientv3's Watch call blocks until the server creates the
+	// watch): the context ends at ValidUntil whatever the network does.
+	stopLease := context.AfterFunc(o.Lease, func() { cancel(context.Cause(o.Lease)) })
+	unregister := o.Owners.Register(o.Key, func(cause error) { cancel(cause) })
+	if o.Lease.Err() != nil {
+		cancel(context.Cause(o.Lease)) // now, not when the AfterFunc runs
+	}
+	go func() {
+		defer close(w.done)
+		defer unregister()
+		defer stopLease()
+		wch := w.arm()
+		close(w.armed)
+		w.run(wch)
+	}()
+	return w
+}
+
+// Context returns the watched context.
+func (w *Watcher) Context() context.Context { return w.ctx }
+
+// Armed is closed once the watch is established on the server and the key
+// was seen alive at or after the watch's start revision, so that a deletion
+// from then on is seen within one watch round trip; or once the context is
+// done, whichever comes first.
+func (w *Watcher) Armed() <-chan struct{} { return w.armed }
+
+// Stop ends the watch with cause (unless it already ended) and returns after
+// its goroutine has exited.
+func (w *Watcher) Stop(cause error) {
+	w.cancel(cause)
+	<-w.done
+}
+
 // arm starts an etcd watch from now and waits until the server created it,
 // then covers the gap before its start revision with one read of the key.
 // It returns nil once ownership is lost or ctx is done.
-func (w *watcher) arm() clientv3.WatchChan {
+func (w *Watcher) arm() clientv3.WatchChan {
 	for w.ctx.Err() == nil {
 		w.wctx, w.wstop = context.WithCancel(clientv3.WithRequireLeader(w.ctx))
 		// From now, not from the token's revision: a watch that starts in the
@@ -105,7 +127,7 @@ func (w *watcher) arm() clientv3.WatchChan {
 
 // created waits for the created notice of wch and checks the key is still
 // ours at a revision no older than the watch's start.
-func (w *watcher) created(wch clientv3.WatchChan) bool {
+func (w *Watcher) created(wch clientv3.WatchChan) bool {
 	resp, ok := <-wch // wch closes if ctx ends
 	if !ok || !resp.Created || resp.Err() != nil {
 		return false
@@ -118,12 +140,12 @@ func (w *watcher) created(wch clientv3.WatchChan) bool {
 		return false
 	}
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.o.Rev {
-		Lost(w.o.Key, fmt.Errorf("%w: %q not found at revision %d", ErrKeyGone, w.o.Key, g.Header.Revision))
+		w.o.Owners.Lost(w.o.Key, fmt.Errorf("%w: %q not found at revision %d", ErrKeyGone, w.o.Key, g.Header.Revision))
 	}
 	return true
 }
 
-func (w *watcher) run(wch clientv3.WatchChan) {
+func (w *Watcher) run(wch clientv3.WatchChan) {
 	defer func() {
 		if w.wstop != nil {
 			w.wstop()
@@ -145,7 +167,7 @@ func (w *watcher) run(wch clientv3.WatchChan) {
 				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != w.o.Rev {
 					// A proof for everything registered for the key (this
 					// watch among them), as a failed guarded txn's is.
-					Lost(w.o.Key, w.goneCause(ev))
+					w.o.Owners.Lost(w.o.Key, w.goneCause(ev))
 					return
 				}
 			}
@@ -157,7 +179,7 @@ func (w *watcher) run(wch clientv3.WatchChan) {
 // session would learn of a revoked lease only at its next renewal. The read
 // costs one round trip (at most leaseCheckTimeout) before the cancel; it
 // never delays the cancel at ValidUntil, which the session does on its own.
-func (w *watcher) goneCause(ev *clientv3.Event) error {
+func (w *Watcher) goneCause(ev *clientv3.Event) error {
 	gone := fmt.Errorf("%w: %q %v at revision %d", ErrKeyGone, w.o.Key, ev.Type, ev.Kv.ModRevision)
 	if ev.Type != clientv3.EventTypeDelete || w.o.Expired == nil {
 		return gone
@@ -171,55 +193,11 @@ func (w *watcher) goneCause(ev *clientv3.Event) error {
 	return fmt.Errorf("%w: lease %x: %w", w.o.Expired, int64(w.o.LeaseID), gone)
 }
 
-func (w *watcher) pause() {
+func (w *Watcher) pause() {
 	t := time.NewTimer(retryDelay)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-w.ctx.Done():
-	}
-}
-
-// The watchers of each key, so that a guarded txn that proves a loss can end
-// them at once.
-var (
-	regMu sync.Mutex
-	reg   = map[string]map[*func(error)]struct{}{}
-)
-
-// Register makes every Lost of key call f with its cause, until unregister
-// is called. Watches register themselves; fencing's tenures register to
-// report losses.
-func Register(key string, f func(cause error)) (unregister func()) {
-	regMu.Lock()
-	defer regMu.Unlock()
-	if reg[key] == nil {
-		reg[key] = map[*func(error)]struct{}{}
-	}
-	p := &f
-	reg[key][p] = struct{}{}
-	return func() {
-		regMu.Lock()
-		defer regMu.Unlock()
-		delete(reg[key], p)
-		if len(reg[key]) == 0 {
-			delete(reg, key)
-		}
-	}
-}
-
-// Lost tells everything registered for key that it is lost, with cause: a
-// watch saw the key go, or a guarded txn found the owner compare false (which
-// proves the loss before any watch event arrives), or the owner released it. The calls are made without
-// the registry's lock, so they may register and unregister.
-func Lost(key string, cause error) {
-	regMu.Lock()
-	fs := make([]func(error), 0, len(reg[key]))
-	for f := range reg[key] {
-		fs = append(fs, *f)
-	}
-	regMu.Unlock()
-	for _, f := range fs {
-		f(cause)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,13 +22,13 @@ import (
 var ErrLeaseGone = errors.New("revqueue: lease gone")
 
 // Session is what acquiring needs of a fencing.Session.
-type Session interface {
-	Client() *clientv3.Client
-	Lease() clientv3.LeaseID
-	TTL() time.Duration
-	// Context ends when the session stops vouching for its lease.
-	Context() context.Context
-}
+type Session = sessionlink.Link
+
+// CleanupBudget is how long a failed or cancelled acquire goes on, after its
+// ctx has ended, trying to remove its key before it returns; what is left
+// carries on in the background, owned by the session. On a healthy cluster a
+// delete takes a millisecond or two, so the key is usually gone on return.
+const CleanupBudget = 25 * time.Millisecond
 
 // Prefix is the key range of one name of one kind ("lock", "election"):
 // "leasehold/lock/12:jobs/billing/". The name's length comes first, so no key
@@ -77,37 +79,37 @@ func ParseKey(key string) (kind, name string, created time.Time, ok bool) {
 // owns the queue. See Wait for what ownership means. It returns ErrLost if
 // the session ends first (before, during, or as the wait ends), ErrLeaseGone,
 // ErrKeyGone, ctx's error or the client's. On every error the key is removed.
-func (q Queue) Acquire(ctx context.Context, s Session, value string) (*Entry, error) {
+func (q Queue) Acquire(ctx context.Context, s *Session, value string) (*Entry, error) {
 	if err := usable(ctx, s); err != nil {
 		return nil, err
 	}
-	key := newKey(q.Prefix, s.Lease())
-	e, err := q.Enqueue(ctx, key, value, s.Lease())
+	key := newKey(q.Prefix, s.Lease)
+	e, err := q.Enqueue(ctx, key, value, s.Lease)
 	if err != nil {
 		return nil, q.settle(ctx, s, key, err, true)
 	}
-	return e, q.settle(ctx, s, key, q.Wait(ctx, e, s.Context()), false)
+	return e, q.settle(ctx, s, key, q.Wait(ctx, e, s.Life), false)
 }
 
 // TryAcquire is Acquire that queues only if the queue is empty, in one
 // request; otherwise it writes nothing and returns the owner's key-value.
-func (q Queue) TryAcquire(ctx context.Context, s Session, value string) (*Entry, *mvccpb.KeyValue, error) {
+func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry, *mvccpb.KeyValue, error) {
 	if err := usable(ctx, s); err != nil {
 		return nil, nil, err
 	}
-	key := newKey(q.Prefix, s.Lease())
-	e, owner, err := q.TryEnqueue(ctx, key, value, s.Lease())
+	key := newKey(q.Prefix, s.Lease)
+	e, owner, err := q.TryEnqueue(ctx, key, value, s.Lease)
 	if err == nil && owner != nil {
 		return nil, owner, nil
 	}
 	return e, nil, q.settle(ctx, s, key, err, err != nil)
 }
 
-func usable(ctx context.Context, s Session) error {
+func usable(ctx context.Context, s *Session) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if s.Context().Err() != nil {
+	if s.Life.Err() != nil {
 		return ErrLost
 	}
 	return nil
@@ -116,8 +118,8 @@ func usable(ctx context.Context, s Session) error {
 // settle classifies the outcome of an acquire and removes the key on
 // failure. sent says the enqueue itself failed: its reply may have been lost
 // after the key was written.
-func (q Queue) settle(ctx context.Context, s Session, key string, err error, sent bool) error {
-	if err == nil && s.Context().Err() != nil {
+func (q Queue) settle(ctx context.Context, s *Session, key string, err error, sent bool) error {
+	if err == nil && s.Life.Err() != nil {
 		err = ErrLost // the session ended as the wait did
 	}
 	if err == nil {
@@ -127,11 +129,11 @@ func (q Queue) settle(ctx context.Context, s Session, key string, err error, sen
 		removeKey(ctx, s, key, sent)
 	}
 	switch {
-	case s.Context().Err() != nil:
+	case s.Life.Err() != nil:
 		return ErrLost
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return ErrLeaseGone
-	case errors.Is(err, ErrKeyGone) && leaseGone(s):
+	case errors.Is(err, ErrKeyGone) && leaseGone(ctx, s):
 		return ErrLeaseGone
 	}
 	return err
@@ -149,50 +151,51 @@ func rejected(err error) bool {
 
 // leaseGone tells whether the server lost s's lease, which the session itself
 // learns only at its next renewal.
-func leaseGone(s Session) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), s.TTL()/3)
+func leaseGone(ctx context.Context, s *Session) bool {
+	ctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
 	defer cancel()
-	ttl, err := s.Client().TimeToLive(ctx, s.Lease())
+	ttl, err := s.Client.TimeToLive(ctx, s.Lease)
 	return err == nil && ttl.TTL <= 0
 }
 
-// removeKey deletes the key of a failed or cancelled acquire (even if ctx is
-// done). It tries at once; if that fails, it keeps trying in the background
-// for as long as the session lives (once the session ends, the lease takes
+// removeKey deletes the key of a failed or cancelled acquire. It tries once,
+// for CleanupBudget past ctx's end; if that fails, the session keeps trying
+// in the background for as long as it lives (once it ends, the lease takes
 // the key). An enqueue whose reply was lost (unsure) may even be applied
 // after a delete, so its key is deleted once more a TTL later.
-func removeKey(ctx context.Context, s Session, key string, unsure bool) {
-	period := s.TTL() / 3
-	removed := tryRemove(context.WithoutCancel(ctx), key, s, period)
+func removeKey(ctx context.Context, s *Session, key string, unsure bool) {
+	dctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
+	removed := tryRemove(dctx, s, key)
+	cancel()
 	if removed && !unsure {
 		return
 	}
-	lives := s.Context()
-	go func() {
-		delay, again := period/4, unsure
+	s.Go(func() {
+		delay, again := retryMin, unsure
 		if removed {
-			delay, again = s.TTL(), false
+			delay, again = s.TTL, false
 		}
 		for {
-			pause(lives, delay)
-			if lives.Err() != nil {
+			pause(s.Life, delay)
+			if s.Life.Err() != nil {
 				return
 			}
-			if !tryRemove(lives, key, s, period) {
-				delay = period / 4
-				continue
-			}
-			if !again {
+			tctx, cancel := context.WithTimeout(s.Life, s.TTL/3)
+			ok := tryRemove(tctx, s, key)
+			cancel()
+			switch {
+			case !ok:
+				delay = min(2*delay, retryMax)
+			case again:
+				delay, again = s.TTL, false
+			default:
 				return
 			}
-			delay, again = s.TTL(), false
 		}
-	}()
+	})
 }
 
-func tryRemove(ctx context.Context, key string, s Session, timeout time.Duration) bool {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	_, err := s.Client().Delete(ctx, key)
+func tryRemove(ctx context.Context, s *Session, key string) bool {
+	_, err := s.Client.Delete(ctx, key)
 	return err == nil
 }

@@ -1,0 +1,93 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+// overrun is how far past its deadline a call may return here: the
+// documented bound is 25 ms; the slack is for a loaded CI machine, and far
+// below the TTL/3 (20 s with these sessions) that removing a key
+// synchronously used to add.
+const overrun = time.Second
+
+// withinDeadline runs call with a ctx of d and fails the test if it returns
+// later than d+overrun, or with no error.
+func withinDeadline(t *testing.T, what string, d time.Duration, call func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	err := call(ctx)
+	if took := time.Since(start); took > d+overrun {
+		t.Errorf("%s with a %v ctx returned after %v (err %v)", what, d, took.Round(time.Millisecond), err)
+	}
+	if err == nil {
+		t.Errorf("%s through a blackholed link succeeded", what)
+	}
+}
+
+func TestCallsKeepTheirDeadline(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	s := newSession(t, cli, fencing.WithTTL(60*time.Second))
+	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "deadline"))
+	m := newMutex(t, s, "deadline")
+	free := newMutex(t, s, "deadline-free")
+	own := lock(t, newMutex(t, s, "deadline-own"))
+
+	// Lock waits behind holder; the partition comes while it waits, so its
+	// cleanup cannot reach etcd either.
+	waiting := make(chan error, 1)
+	lctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	go func() {
+		_, err := m.Lock(lctx)
+		waiting <- err
+	}()
+	etcdtest.WaitFor(t, wait, "the waiter's key", func() bool { return len(lockKeys(t, c, "deadline")) == 2 })
+	link.Blackhole()
+	if err := <-waiting; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock: %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 3*time.Second+overrun {
+		t.Errorf("Lock with a 3 s ctx returned after %v", took.Round(time.Millisecond))
+	}
+	withinDeadline(t, "TryLock", time.Second, func(ctx context.Context) error { _, err := free.TryLock(ctx); return err })
+	withinDeadline(t, "Lock", time.Second, func(ctx context.Context) error { _, err := free.Lock(ctx); return err })
+	withinDeadline(t, "Unlock", time.Second, own.Unlock)
+
+	// Healed, the session's background cleanup removes what the failed
+	// calls queued, even what a held request writes late.
+	link.Restore()
+	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, wait, "no key left by the failed calls", func() bool {
+		return len(lockKeys(t, c, "deadline")) == 0 && len(lockKeys(t, c, "deadline-free")) == 0
+	})
+}
+
+// A session closed while its cleanup still waits for etcd returns within
+// Close's bound, and leaves no goroutine (TestMain checks).
+func TestCloseEndsBackgroundCleanup(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	s, err := fencing.NewSession(etcdtest.Context(t, wait), cli, fencing.WithTTL(60*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	link.Blackhole()
+	withinDeadline(t, "TryLock", time.Second, func(ctx context.Context) error {
+		_, err := newMutex(t, s, "close-cleanup").TryLock(ctx)
+		return err
+	})
+	withinDeadline(t, "Close", time.Second, s.Close)
+	link.Restore()
+}

@@ -1,0 +1,21 @@
+// Package ctxutil holds the one context helper the library's cleanups share.
+package ctxutil
+
+import (
+	"context"
+	"time"
+)
+
+// Detach returns a context for the last requests of a call whose ctx may end
+// (or has ended) first: it keeps ctx's values, and ends grace after ctx
+// does, or limit from now (if limit > 0), whichever comes first. A call that
+// cleans up with it returns at most grace after its deadline.
+func Detach(ctx context.Context, grace, limit time.Duration) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if limit > 0 {
+		dctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), limit)
+	}
+	// A timer that fires after cancel is harmless: cancel is idempotent.
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return dctx, func() { stop(); cancel() }
+}

@@ -1,0 +1,50 @@
+// Package sessionlink carries what the library's own packages need of a
+// fencing.Session beyond its exported methods: its registry of owner keys and
+// the background work it owns. The session puts its Link in its own context,
+// so guard, election and the revision queue reach it from a *Session without
+// fencing exporting it, and without any state shared between sessions.
+package sessionlink
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ownwatch"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Link is one session, as the library sees it.
+type Link struct {
+	Client *clientv3.Client
+	Lease  clientv3.LeaseID
+	TTL    time.Duration
+	// Life is the session's context: it ends, with the cause, when the
+	// session stops vouching for its lease.
+	Life context.Context
+	// Owners is the registry of the session's owner keys.
+	Owners *ownwatch.Registry
+	// Expired is the cause a watch reports with ownwatch.ErrKeyGone when a
+	// key went with its lease (fencing.ErrLeaseExpired).
+	Expired error
+	// Go runs f in a goroutine owned by the session: Close waits for it, so
+	// f must return soon after Life ends. It reports false, and runs
+	// nothing, once the session has ended.
+	Go func(f func()) bool
+}
+
+type key struct{}
+
+// With returns a child of ctx that carries l.
+func With(ctx context.Context, l *Link) context.Context { return context.WithValue(ctx, key{}, l) }
+
+// Of returns the Link that ctx (a session's context) carries, or nil.
+func Of(ctx context.Context) *Link {
+	l, _ := ctx.Value(key{}).(*Link)
+	return l
+}
+
+// Owner describes, for a watch, the ownership of key created at rev on l's
+// lease.
+func (l *Link) Owner(key string, rev int64) ownwatch.Owner {
+	return ownwatch.Owner{Client: l.Client, Key: key, Rev: rev, Lease: l.Life, LeaseID: l.Lease, Expired: l.Expired, Owners: l.Owners}
+}
