@@ -1,0 +1,162 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+// overrun is how far past its documented bound a call may return here: slack
+// for a loaded CI machine, far below the TTL that the old bounds added.
+const overrun = time.Second
+
+// Term.Context is a getter: it returns at once even when etcd cannot be
+// reached.
+func TestTermContextNeverBlocks(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	term := campaign(t, newElection(t, newSession(t, cli, fencing.WithTTL(60*time.Second)), "getter"), "v")
+	link.Blackhole()
+	defer link.Restore()
+	got := make(chan context.Context, 1)
+	go func() { got <- term.Context() }()
+	select {
+	case <-got:
+	case <-time.After(wait / 2): // the session vouches for a minute: blocking would run past this
+		t.Fatal("Term.Context blocked while etcd was unreachable")
+	}
+}
+
+// Resign ends the term's contexts first, even when its delete then fails;
+// the key stays, leading, until Resign is called again.
+func TestFailedResignEndsContextsKeepsKey(t *testing.T) {
+	c := etcdtest.Single(t)
+	term := campaign(t, newElection(t, newSession(t, c.Client(t)), "resign-fails"), "v")
+	tctx := term.Context()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := term.Resign(done); err == nil || errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Resign with a done ctx: %v, want ctx's error", err)
+	}
+	if !errors.Is(context.Cause(tctx), election.ErrNotLeader) || !errors.Is(context.Cause(term.Context()), election.ErrNotLeader) {
+		t.Errorf("contexts after the failed Resign: causes %v and %v, want ErrNotLeader", context.Cause(tctx), context.Cause(term.Context()))
+	}
+	if !c.Exists(t, term.Key()) {
+		t.Fatal("the key went though Resign failed")
+	}
+	if err := term.Proclaim(etcdtest.Context(t, wait), "w"); err != nil {
+		t.Errorf("Proclaim after the failed Resign: %v; the key still leads", err)
+	}
+	if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+		t.Fatalf("Resign again: %v", err)
+	}
+	if c.Exists(t, term.Key()) {
+		t.Error("the key outlived the second Resign")
+	}
+}
+
+// Observers that call back into the term they report do not deadlock:
+// Proclaim and Resign report with no lock held.
+func TestTermCallbacksRunOutsideLocks(t *testing.T) {
+	c := etcdtest.Single(t)
+	var (
+		term atomic.Pointer[election.Term]
+		busy atomic.Bool // the calls below report too: no endless recursion
+	)
+	poke := func() {
+		if !busy.CompareAndSwap(false, true) {
+			return
+		}
+		defer busy.Store(false)
+		if tm := term.Load(); tm != nil {
+			_ = tm.Value()
+			_ = tm.Proclaim(context.Background(), "from a callback")
+			_ = tm.Resign(context.Background())
+		}
+	}
+	obs := fencing.Observer{
+		OnLoss:   func(fencing.LossEvent) { poke() },
+		OnReject: func(fencing.RejectEvent) { poke() },
+	}
+	s := newSession(t, c.Client(t), fencing.WithObserver(obs))
+	e := newElection(t, s, "reentrant")
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tm, err := e.Campaign(context.Background(), "v")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		term.Store(tm)
+		c.Delete(t, tm.Key())
+		_ = tm.Proclaim(context.Background(), "w") // ownership compare fails: OnReject, OnLoss
+		tm, _ = e.Campaign(context.Background(), "v")
+		term.Store(tm)
+		c.Delete(t, tm.Key())
+		_ = tm.Resign(context.Background()) // nothing to delete: OnLoss, OnReject
+	}()
+	select {
+	case <-finished:
+	case <-time.After(wait):
+		t.Fatal("a callback that calls back into the term deadlocked")
+	}
+}
+
+func TestRunRejectsNilOption(t *testing.T) {
+	c := etcdtest.Single(t)
+	work := func(context.Context, *election.Term) error { return nil }
+	err := election.Run(etcdtest.Context(t, wait), c.Client(t), "nil-option", "v", work, election.WithTTL(5*time.Second), nil)
+	if !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Fatalf("Run with a nil option: %v, want ErrInvalidArgument", err)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Errorf("keys left: %v", keys)
+	}
+}
+
+// Run returns soon after ctx ends even when etcd cannot be reached to
+// resign.
+func TestRunReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leading := make(chan struct{})
+	ended := make(chan error, 1)
+	go func() {
+		ended <- election.Run(ctx, cli, "run-unreachable", "v", func(ctx context.Context, _ *election.Term) error {
+			close(leading)
+			<-ctx.Done()
+			return nil
+		}, election.WithTTL(60*time.Second))
+	}()
+	select {
+	case <-leading:
+	case <-time.After(wait):
+		t.Fatal("Run never led")
+	}
+	link.Blackhole()
+	defer link.Restore()
+	cancel()
+	start := time.Now()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		// One second to hand over, as documented; the old bound was a TTL
+		// for the resign and another for the revoke.
+		if took := time.Since(start); took > time.Second+overrun {
+			t.Errorf("Run returned %v after ctx ended", took.Round(time.Millisecond))
+		}
+	case <-time.After(wait):
+		t.Fatal("Run did not return after ctx ended")
+	}
+}
