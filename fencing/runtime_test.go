@@ -22,8 +22,8 @@ type sharedKeyOwner struct {
 	rev int64
 }
 
-func (o sharedKeyOwner) Token() fencing.Token       { return fencing.Token{Name: "shared", Revision: o.rev} }
-func (o sharedKeyOwner) Key() string                { return o.key }
+func (o sharedKeyOwner) Token() fencing.Token      { return fencing.Token{Name: "shared", Revision: o.rev} }
+func (o sharedKeyOwner) Key() string               { return o.key }
 func (o sharedKeyOwner) Session() *fencing.Session { return o.s }
 
 func ownKey(t *testing.T, s *fencing.Session, key string) sharedKeyOwner {
@@ -238,7 +238,7 @@ func TestCallbacksRunOutsideLocks(t *testing.T) {
 		r.h.Store(h)
 		c.Delete(t, h.Key())
 		_, _ = guard.Put(ctx, h, "reentrant/data", "v") // OnReject, OnLoss via the failed txn
-		_ = h.Unlock(ctx)                              // key gone: a loss, reported by Unlock
+		_ = h.Unlock(ctx)                               // key gone: a loss, reported by Unlock
 		var g fencing.Gate
 		g.Observer.OnReject = func(e fencing.RejectEvent) { // Do of the same name waits for Do's lock
 			_ = g.Do(ctx, fencing.Token{Name: e.Token.Name, Revision: 10}, func() error { return nil })
