@@ -62,6 +62,9 @@ func (e *Election) Name() string { return e.name }
 // compaction and reconnects. Its errors wrap fencing.ErrSessionExpired,
 // fencing.ErrKeyDeleted or ctx's error.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	if err := e.usable(ctx); err != nil {
+		return nil, fmt.Errorf("election: campaign: %w", err)
+	}
 	start := time.Now()
 	l := sessionlink.Of(e.s.Context())
 	entry, err := e.q.Acquire(ctx, l, value)
@@ -75,6 +78,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 // Leader returns the current leader, read linearizably, or an error wrapping
 // ErrNoLeader when nobody leads.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if err := e.usable(ctx); err != nil {
+		return Leader{}, fmt.Errorf("election: leader: %w", err)
+	}
 	l, _, err := e.leader(ctx)
 	if err != nil {
 		return Leader{}, err
@@ -83,6 +89,18 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, fmt.Errorf("election %q: %w", e.name, ErrNoLeader)
 	}
 	return *l, nil
+}
+
+// usable returns fencing.ErrInvalidArgument for a nil ctx, or an election
+// New did not make.
+func (e *Election) usable(ctx context.Context) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
+	case e == nil || e.s == nil:
+		return fmt.Errorf("%w: election not made by New", fencing.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // leader reads the oldest key of the queue (nil when empty) and the revision

@@ -28,6 +28,12 @@ type Observation struct {
 // without an error. The channel closes promptly once ctx is done, and at no other
 // time.
 func (e *Election) Observe(ctx context.Context) <-chan Observation {
+	if err := e.usable(ctx); err != nil {
+		ch := make(chan Observation, 1)
+		ch <- Observation{Err: fmt.Errorf("election: observe: %w", err)}
+		close(ch)
+		return ch
+	}
 	ch := make(chan Observation)
 	go e.observe(ctx, ch)
 	return ch

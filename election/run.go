@@ -28,7 +28,8 @@ const (
 	KeepLeading
 )
 
-// RunOption configures Run.
+// RunOption configures Run. A nil RunOption makes Run return
+// fencing.ErrInvalidArgument.
 type RunOption func(*runConfig)
 
 type runConfig struct {
@@ -64,7 +65,8 @@ func WithIdentity(id string) RunOption {
 	return func(c *runConfig) { c.session = append(c.session, fencing.WithIdentity(id)) }
 }
 
-// WithLogger makes Run and its sessions log to l. Unset: nothing is logged.
+// WithLogger makes Run and its sessions log to l. Unset, or nil: nothing is
+// logged.
 func WithLogger(l *slog.Logger) RunOption {
 	return func(c *runConfig) {
 		c.log = l
@@ -101,13 +103,14 @@ func OnSuccess(p Policy) RunOption { return func(c *runConfig) { c.onSuccess = p
 func OnError(p Policy) RunOption { return func(c *runConfig) { c.onError = p } }
 
 // OnStartedLeading sets a function called with each term Run wins, before
-// work starts. It runs in Run's goroutine: keep it short.
+// work starts. It runs in Run's goroutine: keep it short. A nil f is not
+// called.
 func OnStartedLeading(f func(*Term)) RunOption { return func(c *runConfig) { c.started = f } }
 
 // OnStoppedLeading sets a function called once for each term Run won, after
 // work has returned and the term ended, with why it ended (the term
 // context's cause). It is never called for a term that was not won. It runs
-// in Run's goroutine: keep it short.
+// in Run's goroutine: keep it short. A nil f is not called.
 func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 	return func(c *runConfig) { c.stopped = f }
 }
@@ -128,8 +131,8 @@ func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 // (default Recampaign) decide. Run creates a session, and a new one each time
 // the old one is lost, and closes it before returning.
 //
-// Run returns an error only for bad arguments (fencing.ErrInvalidName,
-// fencing.ErrInvalidArgument) or when a policy of Return gives it work's
+// Run returns an error only for bad arguments (fencing.ErrInvalidName;
+// fencing.ErrInvalidArgument for a nil ctx, client, work or option) or when a policy of Return gives it work's
 // error.
 func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
@@ -142,7 +145,7 @@ func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 		}
 		o(&c)
 	}
-	if err := c.validate(cli, name, work, nilOpt); err != nil {
+	if err := c.validate(ctx, cli, name, work, nilOpt); err != nil {
 		return fmt.Errorf("election: Run %q: %w", name, err)
 	}
 	if c.log == nil {
@@ -156,12 +159,14 @@ func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	return r.loop(ctx)
 }
 
-func (c *runConfig) validate(cli *clientv3.Client, name string, work func(context.Context, *Term) error, nilOpt bool) error {
+func (c *runConfig) validate(ctx context.Context, cli *clientv3.Client, name string, work func(context.Context, *Term) error, nilOpt bool) error {
 	switch {
 	case nilOpt:
 		return fmt.Errorf("%w: nil option", fencing.ErrInvalidArgument)
 	case cli == nil:
 		return fmt.Errorf("%w: nil client", fencing.ErrInvalidArgument)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
 	case work == nil:
 		return fmt.Errorf("%w: nil work", fencing.ErrInvalidArgument)
 	case c.health == nil && c.healthSet:

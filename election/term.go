@@ -58,6 +58,9 @@ func (t *Term) Value() string {
 // already lost or resigned; after any other error the value may or may not
 // have changed, and Proclaim may be retried.
 func (t *Term) Proclaim(ctx context.Context, value string) error {
+	if err := t.usable(ctx); err != nil {
+		return fmt.Errorf("election: proclaim: %w", err)
+	}
 	lost, err := t.proclaim(ctx, value)
 	if lost != nil { // reported with no lock held: the observer is user code
 		t.link.Owners.Lost(t.key, lost)
@@ -94,6 +97,18 @@ func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 	return nil, nil
 }
 
+// usable returns fencing.ErrInvalidArgument for a nil ctx, or a term
+// Campaign did not make.
+func (t *Term) usable(ctx context.Context) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
+	case t == nil || t.link == nil:
+		return fmt.Errorf("%w: term not made by Campaign", fencing.ErrInvalidArgument)
+	}
+	return nil
+}
+
 func (t *Term) isOwner() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token.Revision)
 }
@@ -110,6 +125,9 @@ func (t *Term) isOwner() clientv3.Cmp {
 // guarded writes of the term still commit: call Resign again, or close the
 // session, to hand leadership over.
 func (t *Term) Resign(ctx context.Context) error {
+	if err := t.usable(ctx); err != nil {
+		return fmt.Errorf("election: resign: %w", err)
+	}
 	report, err := t.resign(ctx)
 	report() // the observer and logger run with no lock held
 	return err
@@ -161,17 +179,25 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 // that arming ends with; once armed, a deletion is seen within one watch
 // round trip. guard.Watch returns only once its watch is armed.
 func (t *Term) Context() context.Context {
+	if t == nil || t.link == nil {
+		return ended(fmt.Errorf("election: %w: term not made by Campaign", fencing.ErrInvalidArgument))
+	}
 	t.ctxMu.Lock()
 	defer t.ctxMu.Unlock()
 	if t.watch == nil {
 		if t.stopped {
-			ctx, cancel := context.WithCancelCause(context.Background())
-			cancel(errResigned)
-			return ctx
+			return ended(errResigned)
 		}
 		// The watch's goroutine ends with the context: at Resign, at the
 		// loss, or when the session ends.
 		t.watch = ownwatch.Start(context.Background(), t.link.Owner(t.key, t.token.Revision))
 	}
 	return t.watch.Context()
+}
+
+// ended returns a context that is already done, with cause.
+func ended(cause error) context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	return ctx
 }

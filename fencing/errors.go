@@ -1,6 +1,9 @@
 package fencing
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Every error this package returns that a caller may act on
 // wraps one of them: test with errors.Is.
@@ -13,8 +16,10 @@ var (
 	// not produce.
 	ErrInvalidToken = errors.New("fencing: invalid token")
 
-	// ErrInvalidArgument is returned for a nil client, a closed client or
-	// an option out of range. Nothing was written to etcd.
+	// ErrInvalidArgument is returned for a nil context, client, session,
+	// owner or function, a closed client, a nil option or an option out of
+	// range, and by the methods of a value not made by its constructor (a
+	// zero Mutex, say). Nothing was written to etcd.
 	ErrInvalidArgument = errors.New("fencing: invalid argument")
 
 	// ErrLocked is returned by TryLock when another hold owns the lock.
@@ -55,3 +60,7 @@ var (
 	// ErrSessionClosed: Close was called, or the client was closed.
 	ErrSessionClosed = errors.New("fencing: session closed")
 )
+
+// errNilContext is ErrInvalidArgument for a nil ctx: like net/http, an
+// error, not a panic.
+var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)

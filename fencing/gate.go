@@ -51,6 +51,9 @@ func (g *Gate) AdmitContext(ctx context.Context, t Token) error {
 }
 
 func (g *Gate) admit(ctx context.Context, t Token) error {
+	if ctx == nil {
+		return fmt.Errorf("fencing: admit %v: %w", t, errNilContext)
+	}
 	if err := ValidateName(t.Name); err != nil || t.Revision <= 0 {
 		return fmt.Errorf("fencing: admit %q@%d: %w", t.Name, t.Revision, ErrInvalidToken)
 	}
@@ -71,7 +74,7 @@ func (g *Gate) report(t Token, err error) error {
 // Do admits t and, if it is admitted, runs write while no other Do of the
 // same name runs in this process: a newer token cannot be admitted through
 // this Gate between this check and this write. It returns Admit's error or
-// write's.
+// write's; a nil write returns ErrInvalidArgument, admitting nothing.
 //
 // Do orders writes within one process only. When several processes guard
 // one store (each with its own Gate, sharing an EtcdGateStore), a slow
@@ -79,6 +82,9 @@ func (g *Gate) report(t Token, err error) error {
 // another: such a store must check the token itself, in the same
 // transaction as the write (the fence column of the package doc).
 func (g *Gate) Do(ctx context.Context, t Token, write func() error) error {
+	if write == nil {
+		return fmt.Errorf("fencing: gate Do %v: %w: nil write", t, ErrInvalidArgument)
+	}
 	admitted, err := g.do(ctx, t, write)
 	if !admitted {
 		return g.report(t, err) // the observer runs after the name's lock is released

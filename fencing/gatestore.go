@@ -20,6 +20,9 @@ type EtcdGateStore struct {
 
 // Advance implements GateStore.
 func (s *EtcdGateStore) Advance(ctx context.Context, name string, rev int64) error {
+	if s.Client == nil {
+		return fmt.Errorf("%w: EtcdGateStore with a nil Client", ErrInvalidArgument)
+	}
 	key := s.Prefix + name
 	for {
 		resp, err := s.Client.Get(ctx, key)

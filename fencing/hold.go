@@ -73,6 +73,12 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 // key may still be in etcd, owning the lock, and guarded writes of the hold
 // still commit: call Unlock again, or close the session, to release it.
 func (h *Hold) Unlock(ctx context.Context) error {
+	if h == nil || h.s == nil {
+		return fmt.Errorf("fencing: unlock: %w: hold not made by Lock", ErrInvalidArgument)
+	}
+	if ctx == nil {
+		return fmt.Errorf("fencing: unlock %v: %w", h.token, errNilContext)
+	}
 	report, err := h.unlock(ctx)
 	report() // the observer and logger run with no lock held
 	return err
@@ -120,17 +126,25 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 // that arming ends with; once armed, a deletion is seen within one watch
 // round trip. guard.Watch returns only once its watch is armed.
 func (h *Hold) Context() context.Context {
+	if h == nil || h.s == nil {
+		return ended(fmt.Errorf("fencing: %w: hold not made by Lock", ErrInvalidArgument))
+	}
 	h.ctxMu.Lock()
 	defer h.ctxMu.Unlock()
 	if h.watch == nil {
 		if h.stopped {
-			ctx, cancel := context.WithCancelCause(context.Background())
-			cancel(errReleased)
-			return ctx
+			return ended(errReleased)
 		}
 		// The watch's goroutine ends with the context: at Unlock, at the
 		// loss, or when the session ends.
 		h.watch = ownwatch.Start(context.Background(), h.s.link.Owner(h.key, h.token.Revision))
 	}
 	return h.watch.Context()
+}
+
+// ended returns a context that is already done, with cause.
+func ended(cause error) context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	return ctx
 }

@@ -108,7 +108,7 @@ func KeyPrefix(kind Kind, name string) string {
 // by one TimeToLive per lease. It writes nothing. A bad kind or name returns
 // ErrInvalidArgument or ErrInvalidName.
 func Inspect(ctx context.Context, cli *clientv3.Client, kind Kind, name string) (Queue, error) {
-	if err := checkKind(cli, kind); err != nil {
+	if err := checkKind(ctx, cli, kind); err != nil {
 		return Queue{}, fmt.Errorf("fencing: Inspect: %w", err)
 	}
 	if err := ValidateName(name); err != nil {
@@ -129,7 +129,7 @@ func Inspect(ctx context.Context, cli *clientv3.Client, kind Kind, name string) 
 // of one kind when kind is not "". Free locks have no keys and are not
 // listed.
 func InspectPrefix(ctx context.Context, cli *clientv3.Client, kind Kind, namePrefix string) ([]Queue, error) {
-	if kind == "" {
+	if kind == "" && ctx != nil && cli != nil {
 		var all []Queue
 		for _, k := range []Kind{KindElection, KindLock} {
 			qs, err := InspectPrefix(ctx, cli, k, namePrefix)
@@ -140,15 +140,17 @@ func InspectPrefix(ctx context.Context, cli *clientv3.Client, kind Kind, namePre
 		}
 		return all, nil
 	}
-	if err := checkKind(cli, kind); err != nil {
+	if err := checkKind(ctx, cli, kind); err != nil {
 		return nil, fmt.Errorf("fencing: InspectPrefix: %w", err)
 	}
 	qs, _, err := inspect(ctx, cli, KeyPrefix(kind, ""), func(name string) bool { return strings.HasPrefix(name, namePrefix) })
 	return qs, err
 }
 
-func checkKind(cli *clientv3.Client, kind Kind) error {
+func checkKind(ctx context.Context, cli *clientv3.Client, kind Kind) error {
 	switch {
+	case ctx == nil:
+		return errNilContext
 	case cli == nil:
 		return fmt.Errorf("%w: nil client", ErrInvalidArgument)
 	case kind != KindLock && kind != KindElection:

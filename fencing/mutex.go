@@ -60,6 +60,9 @@ func (m *Mutex) Name() string { return m.name }
 // for it) and which ends when the session does (the lease then takes the
 // key).
 func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
+	if err := m.usable(ctx); err != nil {
+		return nil, fmt.Errorf("fencing: lock: %w", err)
+	}
 	start := time.Now()
 	e, err := m.q.Acquire(ctx, m.s.link, m.s.identity)
 	if err != nil {
@@ -72,6 +75,9 @@ func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 // Otherwise it returns an error wrapping ErrLocked, naming the owner, and
 // writes nothing. Its other errors are Lock's.
 func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
+	if err := m.usable(ctx); err != nil {
+		return nil, fmt.Errorf("fencing: trylock: %w", err)
+	}
 	start := time.Now()
 	e, owner, err := m.q.TryAcquire(ctx, m.s.link, m.s.identity)
 	if err != nil {
@@ -84,12 +90,20 @@ func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 	return newHold(m, e, start), nil
 }
 
+func (m *Mutex) usable(ctx context.Context) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil Mutex", ErrInvalidArgument)
+	}
+	return m.s.usable(ctx)
+}
+
 // AcquireError maps why an acquire on s failed to this package's sentinels:
 // ErrSessionExpired (wrapping the session's cause) or ErrKeyDeleted; other
 // errors (ctx's, the client's) pass through. It is for packages built on the
 // revision queue, such as election.
 func AcquireError(s *Session, op string, err error) error {
 	switch {
+	case s == nil:
 	case errors.Is(err, revqueue.ErrLost):
 		err = fmt.Errorf("%w: %w", ErrSessionExpired, s.Err())
 	case errors.Is(err, revqueue.ErrLeaseGone):

@@ -48,7 +48,7 @@ func WithSafetyMargin(d time.Duration) SessionOption {
 }
 
 // WithLogger makes the session log renewal failures and its end to l.
-// Unset: the session logs nothing.
+// Unset, or nil: the session logs nothing.
 func WithLogger(l *slog.Logger) SessionOption {
 	return func(c *sessionConfig) { c.logger = l }
 }

@@ -10,13 +10,21 @@ import (
 type tokenKey struct{}
 
 // WithToken returns a copy of ctx that carries t, for code that writes on
-// behalf of an owner without seeing its Hold.
+// behalf of an owner without seeing its Hold. A nil ctx is taken as
+// context.Background().
 func WithToken(ctx context.Context, t Token) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	return context.WithValue(ctx, tokenKey{}, t)
 }
 
-// FromContext returns the token WithToken put in ctx, if any.
+// FromContext returns the token WithToken put in ctx, if any (none in a nil
+// ctx).
 func FromContext(ctx context.Context) (Token, bool) {
+	if ctx == nil {
+		return Token{}, false
+	}
 	t, ok := ctx.Value(tokenKey{}).(Token)
 	return t, ok
 }
@@ -25,8 +33,11 @@ func FromContext(ctx context.Context) (Token, bool) {
 const TokenHeader = "Leasehold-Token"
 
 // SetTokenHeader sets TokenHeader on req from the token in req's context and
-// reports whether there was one.
+// reports whether there was one (never for a nil req).
 func SetTokenHeader(req *http.Request) bool {
+	if req == nil {
+		return false
+	}
 	t, ok := FromContext(req.Context())
 	if ok {
 		req.Header.Set(TokenHeader, t.String())
@@ -34,7 +45,8 @@ func SetTokenHeader(req *http.Request) bool {
 	return ok
 }
 
-// MiddlewareOption configures Gate.Middleware.
+// MiddlewareOption configures Gate.Middleware. A nil MiddlewareOption is
+// ignored.
 type MiddlewareOption func(*middleware)
 
 // AllowMissingToken lets requests without TokenHeader through, unchecked.
@@ -51,16 +63,23 @@ type middleware struct {
 // and runs next under g.Do, so no newer token is admitted while it writes.
 // A stale token gets 409 Conflict, a malformed one 400 Bad Request, as does a
 // missing one unless AllowMissingToken is set. next finds the admitted token
-// with FromContext.
+// with FromContext. With a nil next (or a nil g), every request gets 500
+// Internal Server Error naming ErrInvalidArgument.
 func (g *Gate) Middleware(next http.Handler, opts ...MiddlewareOption) http.Handler {
 	m := &middleware{g: g, next: next}
 	for _, o := range opts {
-		o(m)
+		if o != nil {
+			o(m)
+		}
 	}
 	return m
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if m.g == nil || m.next == nil {
+		http.Error(w, fmt.Sprintf("fencing: Middleware: %v: nil gate or handler", ErrInvalidArgument), http.StatusInternalServerError)
+		return
+	}
 	text := r.Header.Get(TokenHeader)
 	if text == "" {
 		if m.allowMissing {

@@ -53,6 +53,9 @@ type Session struct {
 // option, and ctx's error if ctx ends first; in every failure no lease is
 // left behind.
 func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption) (*Session, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("fencing: NewSession: %w", errNilContext)
+	}
 	if cli == nil {
 		return nil, fmt.Errorf("fencing: NewSession: %w: nil client", ErrInvalidArgument)
 	}
@@ -143,6 +146,9 @@ func (s *Session) Err() error {
 // TTL. Closing a closed session revokes again and returns nil if the lease is
 // gone.
 func (s *Session) Close(ctx context.Context) error {
+	if err := s.usable(ctx); err != nil {
+		return fmt.Errorf("fencing: close session: %w", err)
+	}
 	s.lose(ErrSessionClosed)
 	defer s.wg.Wait()
 	defer s.closing() // a background revoke is redundant now
@@ -277,4 +283,16 @@ func (s *Session) keepAlive() {
 			wait = s.period / 4
 		}
 	}
+}
+
+// usable returns ErrInvalidArgument for a nil ctx, or a session that
+// NewSession did not make.
+func (s *Session) usable(ctx context.Context) error {
+	switch {
+	case ctx == nil:
+		return errNilContext
+	case s == nil || s.link == nil:
+		return fmt.Errorf("%w: session not made by NewSession", ErrInvalidArgument)
+	}
+	return nil
 }

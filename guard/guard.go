@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/ownwatch"
@@ -40,13 +41,25 @@ type Owner interface {
 // The returned CancelFunc ends the watch and returns once its goroutine has
 // exited; call it when the work is done.
 func Watch(ctx context.Context, o Owner) (context.Context, context.CancelFunc) {
-	return ownwatch.Watch(ctx, link(o).Owner(o.Key(), o.Token().Revision))
+	l, err := check(ctx, o)
+	if err != nil {
+		ended, cancel := context.WithCancelCause(context.Background())
+		cancel(fmt.Errorf("guard: Watch: %w", err))
+		return ended, func() {}
+	}
+	return ownwatch.Watch(ctx, l.Owner(o.Key(), o.Token().Revision))
 }
 
 // Do runs f under a context watched for o's ownership (see Watch) and returns
 // f's error. If f returns an error after ownership was lost, Do returns the
 // loss cause joined to it, so errors.Is finds both.
 func Do(ctx context.Context, o Owner, f func(ctx context.Context) error) error {
+	if _, err := check(ctx, o); err != nil {
+		return fmt.Errorf("guard: Do: %w", err)
+	}
+	if f == nil {
+		return fmt.Errorf("guard: Do: %w: nil function", fencing.ErrInvalidArgument)
+	}
 	wctx, cancel := Watch(ctx, o)
 	defer cancel()
 	err := f(wctx)
@@ -58,5 +71,19 @@ func Do(ctx context.Context, o Owner, f func(ctx context.Context) error) error {
 	return err
 }
 
-// link returns what guard needs of o's session.
-func link(o Owner) *sessionlink.Link { return sessionlink.Of(o.Session().Context()) }
+// check returns what guard needs of o's session, or ErrInvalidArgument for
+// a nil ctx, a nil o, or an o without a session made by NewSession.
+func check(ctx context.Context, o Owner) (*sessionlink.Link, error) {
+	switch {
+	case ctx == nil:
+		return nil, fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
+	case o == nil:
+		return nil, fmt.Errorf("%w: nil owner", fencing.ErrInvalidArgument)
+	}
+	if s := o.Session(); s != nil {
+		if l := sessionlink.Of(s.Context()); l != nil {
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: owner without a session made by NewSession", fencing.ErrInvalidArgument)
+}

@@ -55,10 +55,17 @@ func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
 // wrapping ErrNotOwner; the owner's watched contexts are then cancelled at
 // once with ErrOwnerKeyGone. Otherwise it returns the response of the
 // caller's txn, as clientv3 would: Succeeded tells whether the caller's
-// compares held, Responses are the results of the branch that ran.
+// compares held, Responses are the results of the branch that ran. It
+// returns by ctx's deadline. A nil ctx or owner, or an owner whose session
+// NewSession did not make, returns fencing.ErrInvalidArgument and sends
+// nothing.
 func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
+	l, err := check(g.ctx, g.o)
+	if err != nil {
+		return nil, fmt.Errorf("guard: txn: %w", err)
+	}
 	own := clientv3.Compare(clientv3.CreateRevision(g.o.Key()), "=", g.o.Token().Revision)
-	txn := g.o.Session().Client().Txn(g.ctx).If(own)
+	txn := l.Client.Txn(g.ctx).If(own)
 	nested := len(g.cmps) > 0
 	if nested {
 		// The caller's txn nested in the ownership check: a failed compare
@@ -74,7 +81,7 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), err)
 	}
 	if !resp.Succeeded {
-		link(g.o).Owners.Lost(g.o.Key(), fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
+		l.Owners.Lost(g.o.Key(), fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
 			ErrOwnerKeyGone, resp.Header.Revision))
 		err := fmt.Errorf("guard: txn for %v at revision %d: %w", g.o.Token(), resp.Header.Revision, ErrNotOwner)
 		if f := g.o.Session().Observer().OnReject; f != nil {

@@ -39,6 +39,9 @@ func With(ctx context.Context, l *Link) context.Context { return context.WithVal
 
 // Of returns the Link that ctx (a session's context) carries, or nil.
 func Of(ctx context.Context) *Link {
+	if ctx == nil {
+		return nil
+	}
 	l, _ := ctx.Value(key{}).(*Link)
 	return l
 }

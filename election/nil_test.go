@@ -1,0 +1,65 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+// election's functions and methods given a nil or zero value return
+// fencing.ErrInvalidArgument (or do their documented no-op), never panic,
+// and write nothing.
+func TestNilAndZeroInputs(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := c.Client(t)
+	ctx := etcdtest.Context(t, wait)
+	s := newSession(t, cli)
+	e := newElection(t, s, "nil-inputs")
+	term := campaign(t, e, "v")
+	var nilCtx context.Context
+	work := func(context.Context, *election.Term) error { return nil }
+	invalid := map[string]func() error{
+		"New(nil session)":       func() error { _, err := election.New(nil, "x"); return err },
+		"zero Election Campaign": func() error { _, err := new(election.Election).Campaign(ctx, "v"); return err },
+		"Campaign(nil ctx)":      func() error { _, err := e.Campaign(nilCtx, "v"); return err },
+		"zero Election Leader":   func() error { _, err := new(election.Election).Leader(ctx); return err },
+		"Leader(nil ctx)":        func() error { _, err := e.Leader(nilCtx); return err },
+		"Observe(nil ctx)":       func() error { return (<-e.Observe(nilCtx)).Err },
+		"zero Election Observe":  func() error { return (<-new(election.Election).Observe(ctx)).Err },
+		"zero Term Proclaim":     func() error { return new(election.Term).Proclaim(ctx, "v") },
+		"zero Term Resign":       func() error { return new(election.Term).Resign(ctx) },
+		"zero Term Context":      func() error { return context.Cause(new(election.Term).Context()) },
+		"Proclaim(nil ctx)":      func() error { return term.Proclaim(nilCtx, "v") },
+		"Resign(nil ctx)":        func() error { return term.Resign(nilCtx) },
+		"Run(nil ctx)":           func() error { return election.Run(nilCtx, cli, "x", "v", work) },
+		"Run(nil client)":        func() error { return election.Run(ctx, nil, "x", "v", work) },
+		"Run(nil work)":          func() error { return election.Run(ctx, cli, "x", "v", nil) },
+		"Run(nil option)":        func() error { return election.Run(ctx, cli, "x", "v", work, nil) },
+		"Run(WithHealth(nil))":   func() error { return election.Run(ctx, cli, "x", "v", work, election.WithHealth(nil)) },
+		"Inspect(nil client)":    func() error { _, err := election.Inspect(ctx, nil, "x"); return err },
+	}
+	for name, call := range invalid {
+		t.Run(name, func(t *testing.T) {
+			if err := call(); !errors.Is(err, fencing.ErrInvalidArgument) {
+				t.Errorf("got %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+	// Documented no-ops: a nil logger logs nothing, nil callbacks are not
+	// called.
+	err := election.Run(ctx, cli, "nil-noops", "v", work, election.WithLogger(nil),
+		election.OnStartedLeading(nil), election.OnStoppedLeading(nil))
+	if err != nil {
+		t.Errorf("Run with nil logger and callbacks: %v", err)
+	}
+	if err := term.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Errorf("keys left: %v", keys)
+	}
+}

@@ -1,0 +1,110 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+// Every exported function and method given a nil or zero value returns
+// ErrInvalidArgument (or does its documented no-op), never panics, and
+// writes nothing.
+func TestNilAndZeroInputs(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := c.Client(t)
+	ctx := etcdtest.Context(t, wait)
+	s := newSession(t, cli)
+	h := lock(t, newMutex(t, s, "nil-inputs"))
+	var nilCtx context.Context
+	invalid := map[string]func() error{
+		"NewSession(nil ctx)":    func() error { _, err := fencing.NewSession(nilCtx, cli); return err },
+		"NewSession(nil client)": func() error { _, err := fencing.NewSession(ctx, nil); return err },
+		"NewSession(nil option)": func() error { _, err := fencing.NewSession(ctx, cli, nil); return err },
+		"NewMutex(nil session)":  func() error { _, err := fencing.NewMutex(nil, "x"); return err },
+		"nil Mutex Lock":         func() error { _, err := (*fencing.Mutex)(nil).Lock(ctx); return err },
+		"zero Mutex Lock":        func() error { _, err := new(fencing.Mutex).Lock(ctx); return err },
+		"zero Mutex TryLock":     func() error { _, err := new(fencing.Mutex).TryLock(ctx); return err },
+		"Lock(nil ctx)":          func() error { _, err := newMutex(t, s, "nil-inputs").Lock(nilCtx); return err },
+		"TryLock(nil ctx)":       func() error { _, err := newMutex(t, s, "nil-inputs").TryLock(nilCtx); return err },
+		"zero Hold Unlock":       func() error { return new(fencing.Hold).Unlock(ctx) },
+		"Unlock(nil ctx)":        func() error { return h.Unlock(nilCtx) },
+		"zero Hold Context":      func() error { return context.Cause(new(fencing.Hold).Context()) },
+		"zero Session Close":     func() error { return new(fencing.Session).Close(ctx) },
+		"Close(nil ctx)":         func() error { return s.Close(nilCtx) },
+		"Inspect(nil ctx)": func() error {
+			_, err := fencing.Inspect(nilCtx, cli, fencing.KindLock, "x")
+			return err
+		},
+		"Inspect(nil client)": func() error { _, err := fencing.Inspect(ctx, nil, fencing.KindLock, "x"); return err },
+		"InspectPrefix(nil client, any kind)": func() error {
+			_, err := fencing.InspectPrefix(ctx, nil, "", "")
+			return err
+		},
+		"Gate.Do(nil write)": func() error {
+			var g fencing.Gate
+			return g.Do(ctx, fencing.Token{Name: "x", Revision: 1}, nil)
+		},
+		"Gate.AdmitContext(nil ctx)": func() error {
+			var g fencing.Gate
+			return g.AdmitContext(nilCtx, fencing.Token{Name: "x", Revision: 1})
+		},
+		"zero EtcdGateStore": func() error { return new(fencing.EtcdGateStore).Advance(ctx, "x", 1) },
+	}
+	for name, call := range invalid {
+		t.Run(name, func(t *testing.T) {
+			if err := call(); !errors.Is(err, fencing.ErrInvalidArgument) {
+				t.Errorf("got %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+	if s.Err() != nil || h.Context().Err() != nil {
+		t.Errorf("bad calls ended the session (%v) or the hold (%v)", s.Err(), context.Cause(h.Context()))
+	}
+
+	t.Run("documented no-ops", func(t *testing.T) {
+		if _, ok := fencing.FromContext(nilCtx); ok {
+			t.Error("FromContext(nil) found a token")
+		}
+		if tok, ok := fencing.FromContext(fencing.WithToken(nilCtx, fencing.Token{Name: "x", Revision: 1})); !ok || tok.Revision != 1 {
+			t.Error("WithToken(nil) lost the token")
+		}
+		if fencing.SetTokenHeader(nil) {
+			t.Error("SetTokenHeader(nil) reported a token")
+		}
+		if ls, err := fencing.NewSession(ctx, cli, fencing.WithLogger(nil)); err != nil {
+			t.Errorf("WithLogger(nil): %v", err)
+		} else {
+			ls.Close(ctx)
+		}
+		var g fencing.Gate
+		ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {})
+		for name, hd := range map[string]http.Handler{
+			"nil option": g.Middleware(ok, nil, fencing.AllowMissingToken()),
+			"nil next":   g.Middleware(nil),
+		} {
+			rec := httptest.NewRecorder()
+			hd.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			want := http.StatusOK
+			if name == "nil next" {
+				want = http.StatusInternalServerError
+			}
+			if rec.Code != want {
+				t.Errorf("Middleware with a %s: status %d, want %d", name, rec.Code, want)
+			}
+		}
+		if err := fencing.AcquireError(nil, "op", errors.New("x")); err == nil {
+			t.Error("AcquireError(nil session) returned nil")
+		}
+	})
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Errorf("keys left: %v", keys)
+	}
+}
