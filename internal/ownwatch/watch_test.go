@@ -1,0 +1,197 @@
+package ownwatch_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/ownwatch"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+const wait = 30 * time.Second
+
+var errExpired = errors.New("test: lease expired")
+
+// owned is one key owned on a real lease, and the session context a watch of
+// it hangs off.
+type owned struct {
+	ownwatch.Owner
+	endSession context.CancelCauseFunc
+}
+
+func own(t *testing.T, cli *clientv3.Client, reg *ownwatch.Registry, key string) owned {
+	t.Helper()
+	ctx := etcdtest.Context(t, wait)
+	g, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cli.Put(ctx, key, "v", clientv3.WithLease(g.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	life, end := context.WithCancelCause(context.Background())
+	t.Cleanup(func() { end(context.Canceled) })
+	return owned{
+		Owner:      ownwatch.Owner{Client: cli, Key: key, Rev: p.Header.Revision, Lease: life, LeaseID: g.ID, Expired: errExpired, Owners: reg},
+		endSession: end,
+	}
+}
+
+// ended waits for ctx to end and returns its cause.
+func ended(t *testing.T, ctx context.Context, what string) error {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(wait):
+		t.Fatalf("%s: the watched context never ended", what)
+		return nil
+	}
+}
+
+// Once Watch returns (armed), a deletion is seen, and the cause says so.
+func TestArmedWatchSeesDeletion(t *testing.T) {
+	c := etcdtest.Single(t)
+	o := own(t, c.Client(t), new(ownwatch.Registry), "armed")
+	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
+	defer cancel()
+	if ctx.Err() != nil {
+		t.Fatalf("armed watch of a live key already ended: %v", context.Cause(ctx))
+	}
+	c.Delete(t, o.Key)
+	if cause := ended(t, ctx, "deleted"); !errors.Is(cause, ownwatch.ErrKeyGone) || errors.Is(cause, errExpired) {
+		t.Errorf("cause %v, want ErrKeyGone alone", cause)
+	}
+}
+
+// Start returns before arming; a deletion made before the watch was armed is
+// found by the read arming ends with, and Armed closes either way.
+func TestStartFindsDeletionBeforeArming(t *testing.T) {
+	c := etcdtest.Single(t)
+	o := own(t, c.Client(t), new(ownwatch.Registry), "before-arming")
+	c.Delete(t, o.Key)
+	w := ownwatch.Start(context.Background(), o.Owner)
+	defer w.Stop(context.Canceled)
+	if cause := ended(t, w.Context(), "deleted before Start"); !errors.Is(cause, ownwatch.ErrKeyGone) {
+		t.Errorf("cause %v, want ErrKeyGone", cause)
+	}
+	<-w.Armed()
+}
+
+// Each way of losing ownership ends the context with its own cause.
+func TestCauseOfEachLoss(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := c.Client(t)
+	sessionLost := errors.New("test: session lost")
+	parentCause := errors.New("test: parent done")
+	proven := errors.New("test: proven by a guarded txn")
+	cases := []struct {
+		name string
+		lose func(o owned, cancelParent context.CancelCauseFunc, reg *ownwatch.Registry)
+		want []error
+	}{
+		{"key replaced", func(o owned, _ context.CancelCauseFunc, _ *ownwatch.Registry) {
+			c.Delete(t, o.Key)
+			if _, err := c.Admin.Put(etcdtest.Context(t, wait), o.Key, "someone else's"); err != nil {
+				t.Fatal(err)
+			}
+		}, []error{ownwatch.ErrKeyGone}},
+		{"lease revoked", func(o owned, _ context.CancelCauseFunc, _ *ownwatch.Registry) { c.Revoke(t, o.LeaseID) },
+			[]error{ownwatch.ErrKeyGone, errExpired}},
+		{"session ended", func(o owned, _ context.CancelCauseFunc, _ *ownwatch.Registry) { o.endSession(sessionLost) },
+			[]error{sessionLost}},
+		{"parent done", func(_ owned, cancel context.CancelCauseFunc, _ *ownwatch.Registry) { cancel(parentCause) },
+			[]error{parentCause}},
+		{"loss proven elsewhere", func(o owned, _ context.CancelCauseFunc, reg *ownwatch.Registry) { reg.Lost(o.Key, proven) },
+			[]error{proven}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := new(ownwatch.Registry)
+			o := own(t, cli, reg, "cause/"+tc.name)
+			parent, cancelParent := context.WithCancelCause(context.Background())
+			defer cancelParent(nil)
+			ctx, cancel := ownwatch.Watch(parent, o.Owner)
+			tc.lose(o, cancelParent, reg)
+			cause := ended(t, ctx, tc.name)
+			for _, want := range tc.want {
+				if !errors.Is(cause, want) {
+					t.Errorf("cause %v, want it to wrap %v", cause, want)
+				}
+			}
+			cancel()
+			if n := reg.Len(); n != 0 {
+				t.Errorf("%d keys still registered after the watch ended", n)
+			}
+		})
+	}
+}
+
+// A broken watch stream (the member restarted) is resumed, not turned into a
+// loss; a deletion after that is still seen.
+func TestBrokenStreamIsResumed(t *testing.T) {
+	c := etcdtest.Single(t)
+	o := own(t, c.Client(t), new(ownwatch.Registry), "broken")
+	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
+	defer cancel()
+	c.Stop(0)
+	c.Restart(t, 0)
+	if _, err := c.Admin.Get(etcdtest.Context(t, wait), o.Key); err != nil { // the member serves again
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("a restart ended the watch: %v", context.Cause(ctx))
+	}
+	c.Delete(t, o.Key)
+	if cause := ended(t, ctx, "deleted after the restart"); !errors.Is(cause, ownwatch.ErrKeyGone) {
+		t.Errorf("cause %v, want ErrKeyGone", cause)
+	}
+}
+
+// A watch resumed past a compaction (its member was down while the cluster
+// compacted) re-arms from a fresh read instead of reporting a loss.
+func TestCompactedWatchIsRearmed(t *testing.T) {
+	c := etcdtest.Three(t)
+	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
+	o := own(t, cli, new(ownwatch.Registry), "compacted")
+	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
+	defer cancel()
+	c.CompactWhileDown(t, 0, func() {})
+	if _, err := cli.Get(etcdtest.Context(t, wait), o.Key); err != nil { // member 0 serves again
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("compaction ended the watch: %v", context.Cause(ctx))
+	}
+	c.Delete(t, o.Key)
+	if cause := ended(t, ctx, "deleted after the compaction"); !errors.Is(cause, ownwatch.ErrKeyGone) {
+		t.Errorf("cause %v, want ErrKeyGone", cause)
+	}
+}
+
+// Registries are independent: a loss on one reaches no watch of another,
+// even for the same key.
+func TestRegistriesAreIndependent(t *testing.T) {
+	c := etcdtest.Single(t)
+	regA, regB := new(ownwatch.Registry), new(ownwatch.Registry)
+	o := own(t, c.Client(t), regB, "shared-name")
+	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
+	defer cancel()
+	regA.Lost(o.Key, errors.New("someone else's loss"))
+	if ctx.Err() != nil {
+		t.Fatalf("a loss on another registry ended the watch: %v", context.Cause(ctx))
+	}
+	cancel()
+	if !errors.Is(context.Cause(ctx), context.Canceled) {
+		t.Errorf("cause after cancel %v, want context.Canceled", context.Cause(ctx))
+	}
+	if regB.Len() != 0 {
+		t.Error("the watch is still registered after cancel returned")
+	}
+}
