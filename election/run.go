@@ -124,9 +124,10 @@ func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 // guard.Txn and the term's token).
 //
 // When ctx ends, Run resigns at once, so another replica takes over without
-// waiting for the lease to expire, and returns nil, at most one second after
-// ctx ended: if etcd does not answer the resign (and the lease's revoke) in
-// that second, the lease expires on its own within one TTL. When work returns while
+// waiting for the lease to expire, and returns nil: once work has returned,
+// it spends at most one second on the resign and one on revoking its lease;
+// if etcd does not answer in time, the lease expires on its own within one
+// TTL. When work returns while
 // its term lasts, the policies set by OnSuccess (default Return) and OnError
 // (default Recampaign) decide. Run creates a session, and a new one each time
 // the old one is lost, and closes it before returning.
@@ -152,10 +153,7 @@ func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, log: c.log.With("kind", fencing.KindElection, "name", name)}
-	var stop context.CancelFunc
-	r.leave, stop = ctxutil.Detach(ctx, leaveGrace, 0)
-	defer stop()
-	defer r.closeSession()
+	defer r.closeSession(ctx)
 	return r.loop(ctx)
 }
 
@@ -186,9 +184,6 @@ type runner struct {
 	log   *slog.Logger
 	s     *fencing.Session
 	fails int // consecutive rounds that ended without a completed term
-	// leave ends leaveGrace after Run's ctx: what Run sends to hand over
-	// (a resign, a revoke) keeps going that long, and no longer.
-	leave context.Context
 }
 
 func (r *runner) loop(ctx context.Context) error {
@@ -219,7 +214,7 @@ func (r *runner) loop(ctx context.Context) error {
 // waiting in silence.
 func (r *runner) campaign(ctx context.Context) (*Term, error) {
 	if r.s != nil && r.s.Err() != nil {
-		r.closeSession()
+		r.closeSession(ctx)
 	}
 	if r.s == nil {
 		gctx, cancel := context.WithTimeout(ctx, cmp.Or(r.cfg.ttl, fencing.DefaultTTL))
@@ -259,7 +254,7 @@ func (r *runner) serve(ctx context.Context, t *Term) served {
 	}
 	res := r.runWork(ctx, t)
 	if !res.lost {
-		res.cause = r.resign(t)
+		res.cause = r.resign(ctx, t)
 	}
 	level := slog.LevelDebug
 	if res.lost {
@@ -313,18 +308,18 @@ func (r *runner) next(ctx context.Context, res served) (again bool, _ error) {
 	return true, nil
 }
 
-// leaveGrace bounds what Run spends, once ctx has ended, on handing over:
-// resigning, and revoking its lease if that failed.
+// leaveGrace bounds each request Run sends, once ctx has ended and work has
+// returned, to hand over: the resign, and the revoke of its lease.
 const leaveGrace = time.Second
 
-// resign ends a term that is still valid, at once, even when Run's ctx is
-// done: the next replica must not wait for the lease to expire.
-func (r *runner) resign(t *Term) error {
-	rctx, cancel := context.WithTimeout(r.leave, r.s.TTL())
+// resign ends a term that is still valid, at once, even when ctx is done:
+// the next replica must not wait for the lease to expire.
+func (r *runner) resign(ctx context.Context, t *Term) error {
+	rctx, cancel := ctxutil.Detach(ctx, leaveGrace, r.s.TTL())
 	defer cancel()
 	if err := t.Resign(rctx); err != nil {
 		r.log.Warn("resign failed; the lease will expire", "token", t.Token(), "err", err)
-		r.closeSession() // revoking the lease is the other way to hand over
+		r.closeSession(ctx) // revoking the lease is the other way to hand over
 		return err
 	}
 	return errResigned
@@ -345,11 +340,11 @@ func (r *runner) backoff(ctx context.Context) {
 	}
 }
 
-func (r *runner) closeSession() {
+func (r *runner) closeSession(ctx context.Context) {
 	if r.s == nil {
 		return
 	}
-	cctx, cancel := context.WithTimeout(r.leave, r.s.TTL())
+	cctx, cancel := ctxutil.Detach(ctx, leaveGrace, r.s.TTL())
 	defer cancel()
 	r.s.Close(cctx)
 	r.s = nil

@@ -151,12 +151,39 @@ func TestRunReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
 		if err != nil {
 			t.Errorf("Run: %v", err)
 		}
-		// One second to hand over, as documented; the old bound was a TTL
-		// for the resign and another for the revoke.
-		if took := time.Since(start); took > time.Second+overrun {
+		// A second for the resign and one for the revoke, as documented;
+		// the old bound was a TTL for each.
+		if took := time.Since(start); took > 2*time.Second+overrun {
 			t.Errorf("Run returned %v after ctx ended", took.Round(time.Millisecond))
 		}
 	case <-time.After(wait):
 		t.Fatal("Run did not return after ctx ended")
+	}
+}
+
+// A work that takes its time to stop after ctx ends (a command's grace
+// period) still gets its term resigned: Run's hand-over budget starts when
+// work returns, not when ctx ends.
+func TestRunResignsAfterSlowWork(t *testing.T) {
+	c := etcdtest.Single(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leading := make(chan struct{})
+	ended := make(chan error, 1)
+	go func() {
+		ended <- election.Run(ctx, c.Client(t), "run-slow-stop", "v", func(ctx context.Context, _ *election.Term) error {
+			close(leading)
+			<-ctx.Done()
+			<-time.After(1500 * time.Millisecond) // the fault: a shutdown longer than the hand-over budget
+			return nil
+		}, election.WithTTL(60*time.Second))
+	}()
+	<-leading
+	cancel()
+	if err := <-ended; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Errorf("keys left after Run returned: %v", keys)
 	}
 }
