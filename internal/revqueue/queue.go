@@ -115,7 +115,8 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 	defer context.AfterFunc(lost, cancel)()
 	retry := retryMin
 	for !e.Owner() {
-		sure, err := q.waitDeleted(wctx, e.pred, e.readRev)
+		pred := e.pred
+		sure, err := q.waitDeleted(wctx, pred, e.readRev)
 		if err == nil {
 			err = q.confirm(wctx, e, !sure)
 		}
@@ -126,12 +127,16 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 			return ctx.Err()
 		case err != nil && !transient(err):
 			return err
-		case err == nil && sure:
+		case err == nil && (sure || e.pred != pred):
+			// The predecessor went, or a broken watch's read found the
+			// queue moved on (e now owns, or waits for another key): no
+			// reason to wait before going on.
 			retry = retryMin
 			continue
 		}
-		// A passing failure, or a watch that broke at once (its member may
-		// have no leader while reads go elsewhere): back off before the next.
+		// A passing failure, or a watch that broke with the queue as it
+		// was (its member may have no leader while reads go elsewhere):
+		// back off before the next.
 		pause(wctx, retry)
 		retry = min(2*retry, retryMax)
 	}
