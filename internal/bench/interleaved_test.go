@@ -13,7 +13,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
-// BenchmarkUncontendedPaired is BenchmarkUncontended with leasehold and
+// BenchmarkInterleavedLock is BenchmarkUncontended with leasehold and
 // concurrency interleaved: every iteration runs one Lock+Unlock (or
 // TryLock+Unlock) of each, in alternating order, so drift in the machine's
 // load and the position in the run fall on both alike. It reports each
@@ -27,7 +27,7 @@ import (
 // iterations (first-p50 and last-p50 are the first and last fifth).
 // history=fresh locks a new name in every iteration: the cost of one cycle
 // on a name without history, as after a compaction.
-func BenchmarkUncontendedPaired(b *testing.B) {
+func BenchmarkInterleavedLock(b *testing.B) {
 	c := cluster(b)
 	ctx := context.Background()
 	for _, op := range []string{"Lock", "TryLock"} {
@@ -131,12 +131,12 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 	}
 }
 
-// BenchmarkUncontendedHistory measures Lock+Unlock, interleaved as in
-// BenchmarkUncontendedPaired, on a name whose prefix already holds the given
+// BenchmarkLockNameHistory measures Lock+Unlock, interleaved as in
+// BenchmarkInterleavedLock, on a name whose prefix already holds the given
 // number of deleted keys (as many Lock calls of leasehold leave behind until
 // etcd compacts; concurrency's Mutex reuses one key per session, so its
 // prefix is left as after one session).
-func BenchmarkUncontendedHistory(b *testing.B) {
+func BenchmarkLockNameHistory(b *testing.B) {
 	c := cluster(b)
 	ctx := context.Background()
 	for _, hist := range []int{0, 1000, 10000, 50000} {
