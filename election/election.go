@@ -72,7 +72,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 		return nil, fencing.AcquireError(e.s, fmt.Sprintf("campaign %q", e.name), err)
 	}
 	t := fencing.Token{Name: e.name, Revision: entry.Rev}
-	return &Term{s: e.s, link: l, token: t, key: entry.Key, value: value, life: e.s.Track(fencing.KindElection, t, entry.Key, time.Since(start))}, nil
+	return &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key, value: value, life: e.s.Track(fencing.KindElection, t, entry.Key, time.Since(start))}, nil
 }
 
 // Leader returns the current leader, read linearizably, or an error wrapping

@@ -21,6 +21,7 @@ type Term struct {
 	token fencing.Token
 	key   string
 	life  *fencing.Tenure // reports acquisition, then resignation or loss; nil if nobody listens
+	free  func()          // hands the key back to the session once Resign deleted it
 
 	mu       sync.Mutex  // serialises Proclaim and Resign
 	value    string      // guarded by mu: the last value written
@@ -63,7 +64,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	}
 	lost, err := t.proclaim(ctx, value)
 	if lost != nil { // reported with no lock held: the observer is user code
-		t.link.Owners.Lost(t.key, lost)
+		t.link.Owners.Lost(t.key, t.token.Revision, lost)
 		t.reject(err)
 	}
 	return err
@@ -144,14 +145,16 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 	t.ctxMu.Unlock()
 	// Reaches only the term's own watches: its tenure hears of
 	// ErrOwnerKeyGone alone, so no user code runs under t.mu.
-	t.link.Owners.Lost(t.key, errResigned)
-	// Keys are never reused: a plain delete of ours cannot touch a later
-	// term's key, and deleting nothing proves the term already lost.
+	t.link.Owners.Lost(t.key, t.token.Revision, errResigned)
+	// A plain delete of ours cannot touch a later term's key: no other
+	// session writes it, and this session reuses it only after this delete
+	// returned (free). Deleting nothing proves the term already lost.
 	resp, err := t.s.Client().Delete(ctx, t.key)
 	if err != nil {
 		return func() {}, fmt.Errorf("election: resign %v: %w", t.token, err)
 	}
 	t.resigned.Store(true)
+	t.free()
 	if resp.Deleted == 0 {
 		err := fmt.Errorf("election: resign %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
 		return func() {

@@ -23,6 +23,7 @@ type Hold struct {
 	token Token
 	key   string
 	life  *Tenure // reports acquisition, then release or loss; nil if nobody listens
+	free  func()  // hands the key back to the session once Unlock deleted it
 
 	mu       sync.Mutex  // serialises Unlock
 	released atomic.Bool // set by Unlock once it succeeded or found the key gone
@@ -40,7 +41,7 @@ var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 
 func newHold(m *Mutex, e *revqueue.Entry, start time.Time) *Hold {
 	t := Token{Name: m.name, Revision: e.Rev}
-	return &Hold{s: m.s, token: t, key: e.Key, life: m.s.Track(KindLock, t, e.Key, time.Since(start))}
+	return &Hold{s: m.s, token: t, key: e.Key, free: e.Free, life: m.s.Track(KindLock, t, e.Key, time.Since(start))}
 }
 
 // Token returns the hold's fencing token: greater than the token of every
@@ -95,14 +96,16 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	h.ctxMu.Unlock()
 	// Reaches only the hold's own watches: its tenure hears of ErrKeyGone
 	// alone, so no user code runs under h.mu.
-	h.s.link.Owners.Lost(h.key, errReleased)
-	// Keys are never reused, so a plain delete of ours is as safe as a
-	// compare-guarded one: it cannot touch a later owner's key.
+	h.s.link.Owners.Lost(h.key, h.token.Revision, errReleased)
+	// A plain delete of ours is as safe as a compare-guarded one: no other
+	// session writes this key, and this session reuses it only after this
+	// delete returned (free), so it cannot touch a later owner's key.
 	resp, err := h.s.cli.Delete(ctx, h.key)
 	if err != nil {
 		return func() {}, fmt.Errorf("fencing: unlock %v: %w", h.token, err)
 	}
 	h.released.Store(true)
+	h.free()
 	if resp.Deleted == 0 {
 		return func() { h.life.Lose(ownwatch.ErrKeyGone) }, fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
 	}

@@ -47,7 +47,8 @@ type QueueEntry struct {
 	// being deleted, and its holder no longer owns anything.
 	Expired bool `json:"expired"`
 	// Created is when the key was written, by its writer's clock; zero for
-	// keys that do not record it. Age is the time since, at the read.
+	// keys that do not record it, as no key written since sessions reuse
+	// their keys does. Age is the time since, at the read.
 	Created time.Time     `json:"created,omitzero"`
 	Age     time.Duration `json:"age_ns"`
 }

@@ -138,7 +138,7 @@ func (s *Session) Track(kind Kind, t Token, key string, wait time.Duration) *Ten
 	}
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
-	tn.unregister = s.link.Owners.Register(key, func(cause error) {
+	tn.unregister = s.link.Owners.Register(key, t.Revision, func(cause error) {
 		if errors.Is(cause, ownwatch.ErrKeyGone) { // not Unlock's own notice
 			tn.Lose(cause)
 		}

@@ -81,7 +81,7 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), err)
 	}
 	if !resp.Succeeded {
-		l.Owners.Lost(g.o.Key(), fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
+		l.Owners.Lost(g.o.Key(), g.o.Token().Revision, fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
 			ErrOwnerKeyGone, resp.Header.Revision))
 		err := fmt.Errorf("guard: txn for %v at revision %d: %w", g.o.Token(), resp.Header.Revision, ErrNotOwner)
 		if f := g.o.Session().Observer().OnReject; f != nil {

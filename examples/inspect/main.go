@@ -1,6 +1,6 @@
 // Command inspect shows who holds each lock or leads each election, and who
 // waits, as read from etcd: the owner first, then the waiters in the order
-// they will own, with each one's identity, lease, lease time left and age.
+// they will own, with each one's identity, lease and lease time left.
 //
 //	inspect --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem jobs/billing
 //	inspect --endpoints 127.0.0.1:2379 --kind election leader-example

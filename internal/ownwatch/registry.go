@@ -2,34 +2,43 @@ package ownwatch
 
 import "sync"
 
-// Registry holds, for each owner key of one session, what must hear of its
-// loss: the key's watches and its tenure. Each session has its own, so two
+// Registry holds, for each ownership of one session (a key at one create
+// revision: a session reuses its keys), what must hear of its loss: its
+// watches and its tenure. Each session has its own, so two
 // clients (or two test clusters) in one process never see each other's keys.
 // The zero Registry is ready to use.
 type Registry struct {
 	mu sync.Mutex
-	m  map[string]map[*func(error)]struct{} // guarded by mu
+	m  map[owner]map[*func(error)]struct{} // guarded by mu
 }
 
-// Register makes every Lost of key call f with its cause, until unregister
-// is called.
-func (r *Registry) Register(key string, f func(cause error)) (unregister func()) {
+// owner is one life of a key: a stale owner of a reused key never reaches
+// the watches of the key's next owner.
+type owner struct {
+	key string
+	rev int64
+}
+
+// Register makes every Lost of key at create revision rev call f with its
+// cause, until unregister is called.
+func (r *Registry) Register(key string, rev int64, f func(cause error)) (unregister func()) {
+	o := owner{key, rev}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
-		r.m = map[string]map[*func(error)]struct{}{}
+		r.m = map[owner]map[*func(error)]struct{}{}
 	}
-	if r.m[key] == nil {
-		r.m[key] = map[*func(error)]struct{}{}
+	if r.m[o] == nil {
+		r.m[o] = map[*func(error)]struct{}{}
 	}
 	p := &f
-	r.m[key][p] = struct{}{}
+	r.m[o][p] = struct{}{}
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		delete(r.m[key], p)
-		if len(r.m[key]) == 0 {
-			delete(r.m, key)
+		delete(r.m[o], p)
+		if len(r.m[o]) == 0 {
+			delete(r.m, o)
 		}
 	}
 }
@@ -40,10 +49,11 @@ func (r *Registry) Register(key string, f func(cause error)) (unregister func())
 // The calls are made without the registry's lock, so they may register and
 // unregister; the caller must hold no lock of its own, since a tenure's
 // report runs the user's observer.
-func (r *Registry) Lost(key string, cause error) {
+func (r *Registry) Lost(key string, rev int64, cause error) {
+	o := owner{key, rev}
 	r.mu.Lock()
-	fs := make([]func(error), 0, len(r.m[key]))
-	for f := range r.m[key] {
+	fs := make([]func(error), 0, len(r.m[o]))
+	for f := range r.m[o] {
 		fs = append(fs, *f)
 	}
 	r.mu.Unlock()
@@ -52,7 +62,7 @@ func (r *Registry) Lost(key string, cause error) {
 	}
 }
 
-// Len returns the number of keys with something registered: zero once every
+// Len returns the number of ownerships with something registered: zero once every
 // watch and tenure of the session has ended.
 func (r *Registry) Len() int {
 	r.mu.Lock()

@@ -76,7 +76,7 @@ func Start(parent context.Context, o Owner) *Watcher {
 	// in etcd (clientv3's Watch call blocks until the server creates the
 	// watch): the context ends at ValidUntil whatever the network does.
 	stopLease := context.AfterFunc(o.Lease, func() { cancel(context.Cause(o.Lease)) })
-	unregister := o.Owners.Register(o.Key, func(cause error) { cancel(cause) })
+	unregister := o.Owners.Register(o.Key, o.Rev, func(cause error) { cancel(cause) })
 	if o.Lease.Err() != nil {
 		cancel(context.Cause(o.Lease)) // now, not when the AfterFunc runs
 	}
@@ -140,7 +140,7 @@ func (w *Watcher) created(wch clientv3.WatchChan) bool {
 		return false
 	}
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.o.Rev {
-		w.o.Owners.Lost(w.o.Key, fmt.Errorf("%w: %q not found at revision %d", ErrKeyGone, w.o.Key, g.Header.Revision))
+		w.o.Owners.Lost(w.o.Key, w.o.Rev, fmt.Errorf("%w: %q not found at revision %d", ErrKeyGone, w.o.Key, g.Header.Revision))
 	}
 	return true
 }
@@ -167,7 +167,7 @@ func (w *Watcher) run(wch clientv3.WatchChan) {
 				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != w.o.Rev {
 					// A proof for everything registered for the key (this
 					// watch among them), as a failed guarded txn's is.
-					w.o.Owners.Lost(w.o.Key, w.goneCause(ev))
+					w.o.Owners.Lost(w.o.Key, w.o.Rev, w.goneCause(ev))
 					return
 				}
 			}

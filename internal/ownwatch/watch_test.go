@@ -108,7 +108,7 @@ func TestCauseOfEachLoss(t *testing.T) {
 			[]error{sessionLost}},
 		{"parent done", func(_ owned, cancel context.CancelCauseFunc, _ *ownwatch.Registry) { cancel(parentCause) },
 			[]error{parentCause}},
-		{"loss proven elsewhere", func(o owned, _ context.CancelCauseFunc, reg *ownwatch.Registry) { reg.Lost(o.Key, proven) },
+		{"loss proven elsewhere", func(o owned, _ context.CancelCauseFunc, reg *ownwatch.Registry) { reg.Lost(o.Key, o.Rev, proven) },
 			[]error{proven}},
 	}
 	for _, tc := range cases {
@@ -183,7 +183,7 @@ func TestRegistriesAreIndependent(t *testing.T) {
 	o := own(t, c.Client(t), regB, "shared-name")
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
 	defer cancel()
-	regA.Lost(o.Key, errors.New("someone else's loss"))
+	regA.Lost(o.Key, o.Rev, errors.New("someone else's loss"))
 	if ctx.Err() != nil {
 		t.Fatalf("a loss on another registry ended the watch: %v", context.Cause(ctx))
 	}

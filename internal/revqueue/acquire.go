@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 )
 
@@ -39,18 +37,26 @@ func Prefix(kind, name string) string {
 	return "leasehold/" + kind + "/" + strconv.Itoa(len(name)) + ":" + name + "/"
 }
 
-var seq atomic.Uint64
+// slot is the key of one acquire: "<prefix><lease in hex>-<slot>". No other
+// session ever writes it (the lease is the session's), and no other live
+// call of this session: a slot is reused only after the call that had it
+// has finished with its key (see sessionlink.KeyPool).
+type slot struct {
+	key  string
+	free func() // hands the slot back; only once the key is known gone
+}
 
-// newKey returns a key under prefix that no other acquire, in any process,
-// ever uses: the lease is unique to one session, the sequence to the process.
-// The creation time (Unix milliseconds, by this process's clock) in between
-// lets operators see how long a key has waited or held; nothing relies on it.
-func newKey(prefix string, lease clientv3.LeaseID) string {
-	return fmt.Sprintf("%s%016x-%d-%d", prefix, int64(lease), time.Now().UnixMilli(), seq.Add(1))
+func (q Queue) newSlot(s *Session) slot {
+	n := s.Keys.Get(q.Prefix)
+	return slot{
+		key:  q.Prefix + fmt.Sprintf("%016x-%d", int64(s.Lease), n),
+		free: func() { s.Keys.Put(q.Prefix, n) },
+	}
 }
 
 // ParseKey splits a key written by Acquire into its kind, name and the
-// creation time its writer recorded (zero when the key has none). It reports
+// creation time its writer recorded (zero when the key has none: keys
+// written since keys are reused record none). It reports
 // false for a key of any other shape.
 func ParseKey(key string) (kind, name string, created time.Time, ok bool) {
 	rest, ok := strings.CutPrefix(key, "leasehold/")
@@ -79,16 +85,18 @@ func ParseKey(key string) (kind, name string, created time.Time, ok bool) {
 // owns the queue. See Wait for what ownership means. It returns ErrLost if
 // the session ends first (before, during, or as the wait ends), ErrLeaseGone,
 // ErrKeyGone, ctx's error or the client's. On every error the key is removed.
+// On success, the caller calls the Entry's Free once it has deleted the key.
 func (q Queue) Acquire(ctx context.Context, s *Session, value string) (*Entry, error) {
 	if err := usable(ctx, s); err != nil {
 		return nil, err
 	}
-	key := newKey(q.Prefix, s.Lease)
-	e, err := q.Enqueue(ctx, key, value, s.Lease)
+	sl := q.newSlot(s)
+	e, err := q.Enqueue(ctx, sl.key, value, s.Lease)
 	if err != nil {
-		return nil, q.settle(ctx, s, key, err, true)
+		return nil, q.settle(ctx, s, sl, err, true)
 	}
-	return e, q.settle(ctx, s, key, q.Wait(ctx, e, s.Life), false)
+	e.Free = sl.free
+	return e, q.settle(ctx, s, sl, q.Wait(ctx, e, s.Life), false)
 }
 
 // TryAcquire is Acquire that queues only if the queue is empty, in one
@@ -97,12 +105,16 @@ func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry
 	if err := usable(ctx, s); err != nil {
 		return nil, nil, err
 	}
-	key := newKey(q.Prefix, s.Lease)
-	e, owner, err := q.TryEnqueue(ctx, key, value, s.Lease)
+	sl := q.newSlot(s)
+	e, owner, err := q.TryEnqueue(ctx, sl.key, value, s.Lease)
 	if err == nil && owner != nil {
+		sl.free() // nothing was written
 		return nil, owner, nil
 	}
-	return e, nil, q.settle(ctx, s, key, err, err != nil)
+	if e != nil {
+		e.Free = sl.free
+	}
+	return e, nil, q.settle(ctx, s, sl, err, err != nil)
 }
 
 func usable(ctx context.Context, s *Session) error {
@@ -118,15 +130,17 @@ func usable(ctx context.Context, s *Session) error {
 // settle classifies the outcome of an acquire and removes the key on
 // failure. sent says the enqueue itself failed: its reply may have been lost
 // after the key was written.
-func (q Queue) settle(ctx context.Context, s *Session, key string, err error, sent bool) error {
+func (q Queue) settle(ctx context.Context, s *Session, sl slot, err error, sent bool) error {
 	if err == nil && s.Life.Err() != nil {
 		err = ErrLost // the session ended as the wait did
 	}
 	if err == nil {
 		return nil
 	}
-	if !(sent && rejected(err)) {
-		removeKey(ctx, s, key, sent)
+	if sent && rejected(err) {
+		sl.free() // nothing was written
+	} else {
+		removeKey(ctx, s, sl, sent)
 	}
 	switch {
 	case s.Life.Err() != nil:
@@ -161,13 +175,17 @@ func leaseGone(ctx context.Context, s *Session) bool {
 // removeKey deletes the key of a failed or cancelled acquire. It tries once,
 // for CleanupBudget past ctx's end; if that fails, the session keeps trying
 // in the background for as long as it lives (once it ends, the lease takes
-// the key). An enqueue whose reply was lost (unsure) may even be applied
-// after a delete, so its key is deleted once more a TTL later.
-func removeKey(ctx context.Context, s *Session, key string, unsure bool) {
+// the key). Once the key is gone the slot is free again, unless the enqueue's
+// reply was lost (unsure): such an enqueue may even be applied after a
+// delete, so its key is deleted once more a TTL later, and its slot is never
+// reused.
+func removeKey(ctx context.Context, s *Session, sl slot, unsure bool) {
+	key := sl.key
 	dctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
 	removed := tryRemove(dctx, s, key)
 	cancel()
 	if removed && !unsure {
+		sl.free()
 		return
 	}
 	s.Go(func() {
@@ -189,6 +207,9 @@ func removeKey(ctx context.Context, s *Session, key string, unsure bool) {
 			case again:
 				delay, again = s.TTL, false
 			default:
+				if !unsure {
+					sl.free()
+				}
 				return
 			}
 		}

@@ -39,8 +39,13 @@ type Queue struct {
 type Entry struct {
 	Key string
 	Rev int64 // create revision of Key: the fencing token once it owns
+	// Free hands the entry's key back to its session for reuse. The owner
+	// calls it once its delete of Key has returned (Unlock, Resign): from
+	// then on nothing in this process writes Key in this entry's name.
+	Free func()
 
 	pred      string // key of the direct predecessor; "" once Entry owns
+	predRev   int64  // create revision of pred: keys are reused, lives are not
 	predOwner bool   // pred was the owner when last read
 	readRev   int64  // revision of the read that found pred
 }
@@ -72,7 +77,7 @@ func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.Le
 	e := &Entry{Key: key, Rev: rr.Kvs[0].CreateRevision, readRev: resp.Header.Revision}
 	if len(rr.Kvs) > 1 {
 		// With two keys in the queue, the predecessor is the owner.
-		e.pred, e.predOwner = string(rr.Kvs[1].Key), rr.Count == 2
+		e.pred, e.predRev, e.predOwner = string(rr.Kvs[1].Key), rr.Kvs[1].CreateRevision, rr.Count == 2
 	}
 	return e, nil
 }
@@ -116,7 +121,7 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 	retry := retryMin
 	for !e.Owner() {
 		pred := e.pred
-		sure, err := q.waitDeleted(wctx, pred, e.readRev)
+		sure, err := q.waitDeleted(wctx, pred, e.predRev, e.readRev)
 		if err == nil {
 			err = q.confirm(wctx, e, !sure)
 		}
@@ -184,10 +189,10 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
-// waitDeleted returns once key is gone (sure) or once a watch failure leaves
-// the question open (not sure). readRev is the revision at which key was
-// last seen to exist.
-func (q Queue) waitDeleted(ctx context.Context, key string, readRev int64) (sure bool, err error) {
+// waitDeleted returns once key's life created at rev is over (sure) or once
+// a watch failure leaves the question open (not sure). readRev is the
+// revision at which that life was last seen.
+func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64) (sure bool, err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	// Watch from now, not from readRev+1: a watch that starts in the past is
@@ -202,19 +207,25 @@ func (q Queue) waitDeleted(ctx context.Context, key string, readRev int64) (sure
 			if resp.Header.Revision <= readRev {
 				continue
 			}
-			// Keys are never reused: if key exists now, it was not
-			// deleted in the gap, and the watch sees any later delete.
-			g, err := q.Client.Get(ctx, key, clientv3.WithCountOnly())
+			// A key with the same create revision now was not deleted in
+			// the gap (a deleted key comes back as a new life, with a new
+			// create revision, behind us), and the watch sees any later
+			// delete.
+			g, err := q.Client.Get(ctx, key, clientv3.WithKeysOnly())
 			if err != nil {
 				return false, err
 			}
-			if g.Count == 0 {
+			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != rev {
 				return true, nil
 			}
 			continue
 		}
-		if len(resp.Events) > 0 { // puts are filtered out: a delete
-			return true, nil
+		for _, ev := range resp.Events { // puts are filtered out: deletes
+			// A watch made on a member that lags may first deliver the
+			// delete of an earlier life of the key, before readRev.
+			if ev.Kv.ModRevision > readRev {
+				return true, nil
+			}
 		}
 	}
 	return false, ctx.Err()
@@ -260,7 +271,7 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 }
 
 func (e *Entry) setPred(pred, owner *mvccpb.KeyValue) {
-	e.pred = string(pred.Key)
+	e.pred, e.predRev = string(pred.Key), pred.CreateRevision
 	e.predOwner = owner != nil && string(owner.Key) == e.pred
 }
 
