@@ -3,7 +3,6 @@ package revqueue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -49,7 +48,7 @@ type slot struct {
 func (q Queue) newSlot(s *Session) slot {
 	n := s.Keys.Get(q.Prefix)
 	return slot{
-		key:  q.Prefix + fmt.Sprintf("%016x-%d", int64(s.Lease), n),
+		key:  q.Prefix + s.KeyStem + strconv.FormatUint(n, 10),
 		free: func() { s.Keys.Put(q.Prefix, n) },
 	}
 }

@@ -18,7 +18,10 @@ import (
 type Link struct {
 	Client *clientv3.Client
 	Lease  clientv3.LeaseID
-	TTL    time.Duration
+	// KeyStem starts the name of every key the session writes in a queue,
+	// after the queue's prefix: the lease in hex and a dash.
+	KeyStem string
+	TTL     time.Duration
 	// Life is the session's context: it ends, with the cause, when the
 	// session stops vouching for its lease.
 	Life context.Context
