@@ -40,7 +40,9 @@ var errResigned = fmt.Errorf("%w: resigned", ErrNotLeader)
 // Token returns the term's fencing token: greater than every earlier term's.
 func (t *Term) Token() fencing.Token { return t.token }
 
-// Key returns the term's etcd key.
+// Key returns the term's etcd key. No other live term has it: the session
+// may reuse it for a later Campaign on the same election once this term's
+// Resign has deleted it, and the token tells the two apart.
 func (t *Term) Key() string { return t.key }
 
 // Session returns the session whose lease the term's key is attached to.

@@ -48,7 +48,9 @@ func newHold(m *Mutex, e *revqueue.Entry, start time.Time) *Hold {
 // earlier owner of the lock.
 func (h *Hold) Token() Token { return h.token }
 
-// Key returns the hold's etcd key, unique to this hold.
+// Key returns the hold's etcd key. No other live hold has it: the session
+// may reuse it for a later Lock on the same name once this hold's Unlock has
+// deleted it, and the key's create revision (the token) tells the two apart.
 func (h *Hold) Key() string { return h.key }
 
 // Session returns the session whose lease the hold's key is attached to.
