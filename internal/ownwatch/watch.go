@@ -164,6 +164,11 @@ func (w *Watcher) run(wch clientv3.WatchChan) {
 				continue
 			}
 			for _, ev := range resp.Events {
+				if ev.Kv.ModRevision < w.o.Rev {
+					// An earlier life of the key (sessions reuse their
+					// keys), from a watch made on a member that lags.
+					continue
+				}
 				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != w.o.Rev {
 					// A proof for everything registered for the key (this
 					// watch among them), as a failed guarded txn's is.
