@@ -145,6 +145,11 @@ func (s *Session) Err() error {
 // or the client is already closed, the lease expires on its own within one
 // TTL. Closing a closed session revokes again and returns nil if the lease is
 // gone.
+//
+// The session owns the cleanup that outlives the calls made on it (removing
+// the key of a Lock that failed while etcd was unreachable): Close ends it
+// and waits for it, within the same bound, so no goroutine of the session
+// outlives Close.
 func (s *Session) Close(ctx context.Context) error {
 	if err := s.usable(ctx); err != nil {
 		return fmt.Errorf("fencing: close session: %w", err)
