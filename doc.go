@@ -39,7 +39,7 @@
 // # Operating it
 //
 // fencing.Inspect and election.Inspect show a queue as etcd holds it (the
-// owner, then the waiters, with identity, lease TTL left and age), and the
+// owner, then the waiters, with identity and lease TTL left), and the
 // command examples/inspect prints them. fencing.WithObserver reports every
 // acquisition, release, loss, renewal and refused write, for metrics;
 // fencing.WithLogger logs them with log/slog. guard.Health is a liveness

@@ -124,7 +124,7 @@ var errWatchBroken = errors.New("election: watch broken")
 
 // Inspect returns the queue of the election called name: the leader first,
 // then the candidates in the order they will lead, each with its value,
-// lease, the lease's time left and its age (see fencing.Inspect).
+// lease and the lease's time left (see fencing.Inspect).
 func Inspect(ctx context.Context, cli *clientv3.Client, name string) (fencing.Queue, error) {
 	return fencing.Inspect(ctx, cli, fencing.KindElection, name)
 }

@@ -26,6 +26,7 @@ type Term struct {
 	mu       sync.Mutex  // serialises Proclaim and Resign
 	value    string      // guarded by mu: the last value written
 	resigned atomic.Bool // set once Resign succeeded or found the term lost
+	unsure   bool        // guarded by mu: a delete failed, and may yet be applied
 
 	// ctxMu is separate from mu: Proclaim and Resign hold mu over a request,
 	// and Context must never wait for the network.
@@ -149,14 +150,19 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 	// ErrOwnerKeyGone alone, so no user code runs under t.mu.
 	t.link.Owners.Lost(t.key, t.token.Revision, errResigned)
 	// A plain delete of ours cannot touch a later term's key: no other
-	// session writes it, and this session reuses it only after this delete
-	// returned (free). Deleting nothing proves the term already lost.
+	// session writes it, and this one reuses it only once every delete sent
+	// for this term has returned (a failed one may be applied late, onto
+	// the key's next life: then the key is never reused). Deleting nothing
+	// proves the term already lost.
 	resp, err := t.s.Client().Delete(ctx, t.key)
 	if err != nil {
+		t.unsure = true
 		return func() {}, fmt.Errorf("election: resign %v: %w", t.token, err)
 	}
 	t.resigned.Store(true)
-	t.free()
+	if !t.unsure {
+		t.free()
+	}
 	if resp.Deleted == 0 {
 		err := fmt.Errorf("election: resign %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
 		return func() {

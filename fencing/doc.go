@@ -39,7 +39,7 @@
 // # Operating locks
 //
 // Inspect reads a lock's queue (owner first, then waiters, each with its
-// identity, lease TTL left and age); InspectPrefix reads every queue under a
+// identity and lease TTL left); InspectPrefix reads every queue under a
 // name prefix. WithObserver reports acquisitions, releases, losses,
 // renewals and refused writes for metrics, and WithLogger logs them.
 // SafetyBudget turns a TTL, renewal interval and margin into worst cases:

@@ -27,6 +27,7 @@ type Hold struct {
 
 	mu       sync.Mutex  // serialises Unlock
 	released atomic.Bool // set by Unlock once it succeeded or found the key gone
+	unsure   bool        // guarded by mu: a delete failed, and may yet be applied
 
 	// ctxMu is separate from mu: Unlock holds mu over a request, and Context
 	// must never wait for the network.
@@ -65,7 +66,9 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 
 // Unlock releases the hold by deleting its key, which hands the lock to the
 // next waiter at once. It deletes this hold's key and nothing else: an old
-// hold's Unlock can never release a newer one. It returns by ctx's deadline.
+// hold's Unlock can never release a newer one, even one of the same session
+// (which reuses a key only once every delete sent for it has returned). It
+// returns by ctx's deadline.
 //
 // Unlock first ends the hold's contexts (Context, and every guard.Watch of
 // the hold), with ErrNotHeld as their cause, so work under the hold stops
@@ -100,14 +103,18 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	// alone, so no user code runs under h.mu.
 	h.s.link.Owners.Lost(h.key, h.token.Revision, errReleased)
 	// A plain delete of ours is as safe as a compare-guarded one: no other
-	// session writes this key, and this session reuses it only after this
-	// delete returned (free), so it cannot touch a later owner's key.
+	// session writes this key, and this one reuses it only once every
+	// delete sent for this hold has returned (a failed one may be applied
+	// late, onto the key's next life: then the key is never reused).
 	resp, err := h.s.cli.Delete(ctx, h.key)
 	if err != nil {
+		h.unsure = true
 		return func() {}, fmt.Errorf("fencing: unlock %v: %w", h.token, err)
 	}
 	h.released.Store(true)
-	h.free()
+	if !h.unsure {
+		h.free()
+	}
 	if resp.Deleted == 0 {
 		return func() { h.life.Lose(ownwatch.ErrKeyGone) }, fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
 	}

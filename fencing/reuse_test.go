@@ -140,3 +140,26 @@ func TestWaiterNotFooledByPredecessorsNewLife(t *testing.T) {
 		t.Fatalf("the predecessor's next Lock: %v", err)
 	}
 }
+
+// A key one of whose deletes failed is never reused: that delete may yet be
+// applied, late, and must find nothing of a later hold to delete.
+func TestKeyOfFailedUnlockIsNotReused(t *testing.T) {
+	c := etcdtest.Single(t)
+	m := newMutex(t, newSession(t, c.Client(t)), "reuse-unsure")
+	h := lock(t, m)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.Unlock(done); err == nil {
+		t.Fatal("Unlock with a done ctx succeeded")
+	}
+	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	next := lock(t, m)
+	if next.Key() == h.Key() {
+		t.Errorf("the key %q of a hold with a failed delete was reused", h.Key())
+	}
+	if err := next.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -75,7 +75,7 @@ func table(b *strings.Builder, q fencing.Queue) {
 	}
 	fmt.Fprintf(b, "%d waiting\n", len(q.Entries)-1)
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ROLE\tTOKEN\tVALUE\tLEASE\tTTL LEFT\tAGE")
+	fmt.Fprintln(tw, "  ROLE\tTOKEN\tVALUE\tLEASE\tTTL LEFT")
 	for i, e := range q.Entries {
 		role := "waiter"
 		if i == 0 {
@@ -84,7 +84,7 @@ func table(b *strings.Builder, q fencing.Queue) {
 				role = "owner"
 			}
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%x\t%s\t%s\n", role, e.Token, printable(e.Value), int64(e.Lease), ttl(e), age(e))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%x\t%s\n", role, e.Token, printable(e.Value), int64(e.Lease), ttl(e))
 	}
 	tw.Flush()
 }
@@ -101,13 +101,6 @@ func ttl(e fencing.QueueEntry) string {
 		return fmt.Sprintf("%v/%v LATE", e.TTL, e.GrantedTTL)
 	}
 	return fmt.Sprintf("%v/%v", e.TTL, e.GrantedTTL)
-}
-
-func age(e fencing.QueueEntry) string {
-	if e.Created.IsZero() {
-		return "?"
-	}
-	return e.Age.Round(time.Second).String()
 }
 
 // printable keeps a value on one line and short.

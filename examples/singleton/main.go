@@ -5,7 +5,9 @@
 //
 // Every replica campaigns in the election NAME. The leader runs the command
 // with LEASEHOLD_TOKEN (the term's fencing token, "name@revision") and
-// LEASEHOLD_KEY in its environment, so the command can fence its own writes.
+// LEASEHOLD_KEY in its environment, so the command can fence its own writes:
+// on the key's create revision being the token's revision, never on the key
+// merely existing (a session reuses a finished term's key).
 // When the command exits 0, singleton resigns and exits 0; when it fails,
 // singleton resigns and campaigns again after a backoff. SIGINT or SIGTERM
 // stops the command, resigns so another replica takes over at once, and

@@ -174,10 +174,11 @@ func leaseGone(ctx context.Context, s *Session) bool {
 // removeKey deletes the key of a failed or cancelled acquire. It tries once,
 // for CleanupBudget past ctx's end; if that fails, the session keeps trying
 // in the background for as long as it lives (once it ends, the lease takes
-// the key). Once the key is gone the slot is free again, unless the enqueue's
-// reply was lost (unsure): such an enqueue may even be applied after a
-// delete, so its key is deleted once more a TTL later, and its slot is never
-// reused.
+// the key). The slot is free again only if the first delete returned, and
+// the enqueue's did too: a request whose reply was lost may yet be applied,
+// onto the key's next life, so such a slot is never reused. An enqueue whose
+// reply was lost (unsure) may even be applied after a delete, so its key is
+// deleted once more a TTL later.
 func removeKey(ctx context.Context, s *Session, sl slot, unsure bool) {
 	key := sl.key
 	dctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
@@ -206,9 +207,6 @@ func removeKey(ctx context.Context, s *Session, sl slot, unsure bool) {
 			case again:
 				delay, again = s.TTL, false
 			default:
-				if !unsure {
-					sl.free()
-				}
 				return
 			}
 		}
