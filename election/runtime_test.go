@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
@@ -186,4 +187,41 @@ func TestRunResignsAfterSlowWork(t *testing.T) {
 	if keys := c.Keys(t, ""); len(keys) != 0 {
 		t.Errorf("keys left after Run returned: %v", keys)
 	}
+}
+
+// Campaign, Proclaim, Resign and guarded txns return by their ctx's
+// deadline when etcd cannot be reached, however long the session's TTL.
+func TestTermCallsKeepTheirDeadline(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	s := newSession(t, cli, fencing.WithTTL(60*time.Second))
+	term := campaign(t, newElection(t, s, "deadline"), "v")
+	other := newElection(t, s, "deadline-other")
+	link.Blackhole()
+	defer link.Restore()
+	calls := map[string]func(ctx context.Context) error{
+		"Campaign": func(ctx context.Context) error { _, err := other.Campaign(ctx, "v"); return err },
+		"Proclaim": func(ctx context.Context) error { return term.Proclaim(ctx, "w") },
+		"guard.Put": func(ctx context.Context) error {
+			_, err := guard.Put(ctx, term, "deadline/data", "v")
+			return err
+		},
+		"Resign": term.Resign,
+	}
+	for _, name := range []string{"Campaign", "Proclaim", "guard.Put", "Resign"} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		start := time.Now()
+		err := calls[name](ctx)
+		cancel()
+		if took := time.Since(start); took > time.Second+overrun {
+			t.Errorf("%s with a 1 s ctx returned after %v (err %v)", name, took.Round(time.Millisecond), err)
+		}
+		if err == nil {
+			t.Errorf("%s through a blackholed link succeeded", name)
+		}
+	}
+	link.Restore()
+	etcdtest.WaitFor(t, wait, "the failed Campaign's key removed", func() bool {
+		return len(c.Keys(t, "leasehold/election/14:deadline-other/")) == 0
+	})
 }
