@@ -9,7 +9,6 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -31,13 +30,7 @@ func BenchmarkElectionHandoff(b *testing.B) {
 
 func candidates(b *testing.B, c *etcdtest.Cluster, impl, name string, n int) ([]locker, *counters) {
 	b.Helper()
-	ctrs := &counters{}
-	var clis []*clientv3.Client
-	for range min(n, 8) {
-		ctr := &etcdtest.Counter{}
-		ctrs.list = append(ctrs.list, ctr)
-		clis = append(clis, c.Client(b, etcdtest.WithCounter(ctr)))
-	}
+	clis, ctrs := countedClients(b, c, n)
 	ctx := context.Background()
 	ls := make([]locker, n)
 	for i := range ls {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -33,16 +34,7 @@ func BenchmarkInterleavedLock(b *testing.B) {
 	for _, op := range []string{"Lock", "TryLock"} {
 		for _, history := range []string{"same", "fresh"} {
 			b.Run(op+"/history="+history, func(b *testing.B) {
-				ours, err := fencing.NewSession(ctx, c.Client(b), fencing.WithTTL(10*time.Second))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer ours.Close(ctx)
-				theirs, err := concurrency.NewSession(c.Client(b), concurrency.WithTTL(10))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer theirs.Close()
+				ours, theirs := sessionPair(b, c)
 				base := "paired-" + op + "-" + history + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 				name := func(n int) string {
 					if history == "fresh" {
@@ -69,6 +61,7 @@ func BenchmarkInterleavedLock(b *testing.B) {
 					},
 					func(n int) (func(context.Context) error, error) {
 						m := concurrency.NewMutex(theirs, "concurrency/"+name(n))
+						var err error
 						if op == "Lock" {
 							err = m.Lock(ctx)
 						} else {
@@ -141,16 +134,7 @@ func BenchmarkLockNameHistory(b *testing.B) {
 	ctx := context.Background()
 	for _, hist := range []int{0, 1000, 10000, 50000} {
 		b.Run("deleted="+strconv.Itoa(hist), func(b *testing.B) {
-			ours, err := fencing.NewSession(ctx, c.Client(b), fencing.WithTTL(10*time.Second))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ours.Close(ctx)
-			theirs, err := concurrency.NewSession(c.Client(b), concurrency.WithTTL(10))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer theirs.Close()
+			ours, theirs := sessionPair(b, c)
 			name := "history-" + strconv.Itoa(hist)
 			m, err := fencing.NewMutex(ours, name)
 			if err != nil {
@@ -214,4 +198,21 @@ func BenchmarkLockNameHistory(b *testing.B) {
 			b.ReportMetric(o/t, "ratio-p50")
 		})
 	}
+}
+
+// sessionPair returns one session of each implementation, TTL 10 s, closed
+// when b ends.
+func sessionPair(b *testing.B, c *etcdtest.Cluster) (*fencing.Session, *concurrency.Session) {
+	ctx := context.Background()
+	ours, err := fencing.NewSession(ctx, c.Client(b), fencing.WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ours.Close(ctx) })
+	theirs, err := concurrency.NewSession(c.Client(b), concurrency.WithTTL(10))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { theirs.Close() })
+	return ours, theirs
 }

@@ -144,13 +144,7 @@ func (c *theirs) close()         { c.s.Close() }
 // count their requests.
 func lockers(b *testing.B, c *etcdtest.Cluster, impl, name string, n int) ([]locker, *counters) {
 	b.Helper()
-	ctrs := &counters{}
-	var clis []*clientv3.Client
-	for range min(n, 8) {
-		ctr := &etcdtest.Counter{}
-		ctrs.list = append(ctrs.list, ctr)
-		clis = append(clis, c.Client(b, etcdtest.WithCounter(ctr)))
-	}
+	clis, ctrs := countedClients(b, c, n)
 	ls := make([]locker, n)
 	for i := range ls {
 		l, err := newLocker(context.Background(), impl, clis[i%len(clis)], name, 10)
@@ -161,6 +155,19 @@ func lockers(b *testing.B, c *etcdtest.Cluster, impl, name string, n int) ([]loc
 		b.Cleanup(l.close)
 	}
 	return ls, ctrs
+}
+
+// countedClients returns the clients n participants share (at most 8), each
+// counting its requests.
+func countedClients(b *testing.B, c *etcdtest.Cluster, n int) ([]*clientv3.Client, *counters) {
+	ctrs := &counters{}
+	var clis []*clientv3.Client
+	for range min(n, 8) {
+		ctr := &etcdtest.Counter{}
+		ctrs.list = append(ctrs.list, ctr)
+		clis = append(clis, c.Client(b, etcdtest.WithCounter(ctr)))
+	}
+	return clis, ctrs
 }
 
 // counters adds up several clients' request counts, leaving out lease
