@@ -5,6 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 )
 
 // BenchmarkTenure measures what reporting one ownership costs a Lock and
@@ -14,7 +17,7 @@ import (
 func BenchmarkTenure(b *testing.B) {
 	for _, name := range []string{"plain", "observed"} {
 		b.Run(name, func(b *testing.B) {
-			s := &Session{log: slog.New(slog.DiscardHandler)}
+			s := &Session{log: slog.New(slog.DiscardHandler), link: &sessionlink.Link{Owners: new(ownwatch.Registry)}}
 			if name == "observed" {
 				s.log = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug})).With("lease", "1")
 				s.obs = Observer{OnAcquire: func(AcquireEvent) {}, OnRelease: func(ReleaseEvent) {}}
@@ -26,5 +29,19 @@ func BenchmarkTenure(b *testing.B) {
 				s.Track(KindLock, Token{Name: "n", Revision: 5}, "k", 0).Release()
 			}
 		})
+	}
+}
+
+// With no observer and no logger, reporting an ownership costs a Lock
+// nothing: no allocation, no registration, no goroutine.
+func TestTrackWithoutListenersIsFree(t *testing.T) {
+	s := &Session{log: slog.New(slog.DiscardHandler), link: &sessionlink.Link{Owners: new(ownwatch.Registry)}}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	defer s.cancel(nil)
+	allocs := testing.AllocsPerRun(100, func() {
+		s.Track(KindLock, Token{Name: "n", Revision: 5}, "k", 0).Release()
+	})
+	if allocs != 0 || s.link.Owners.Len() != 0 {
+		t.Errorf("Track+Release with nobody listening: %v allocations, %d registrations", allocs, s.link.Owners.Len())
 	}
 }
