@@ -71,8 +71,35 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err != nil {
 		return nil, fencing.AcquireError(e.s, fmt.Sprintf("campaign %q", e.name), err)
 	}
+	return e.term(l, entry, value, start), nil
+}
+
+// TryCampaign makes this candidate the leader only if nobody leads or waits
+// to lead, in one request, as TryLock does for a lock. Otherwise it writes
+// nothing and returns an error wrapping fencing.ErrLocked that names the
+// leader's value and token. Its other errors are Campaign's.
+func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error) {
+	if err := e.usable(ctx); err != nil {
+		return nil, fmt.Errorf("election: trycampaign: %w", err)
+	}
+	start := time.Now()
+	l := sessionlink.Of(e.s.Context())
+	entry, leader, err := e.q.TryAcquire(ctx, l, value)
+	if err != nil {
+		return nil, fencing.AcquireError(e.s, fmt.Sprintf("trycampaign %q", e.name), err)
+	}
+	if leader != nil {
+		return nil, fmt.Errorf("election: trycampaign %q: %w: led by %q (token %v)", e.name, fencing.ErrLocked, leader.Value,
+			fencing.Token{Name: e.name, Revision: leader.CreateRevision})
+	}
+	return e.term(l, entry, value, start), nil
+}
+
+// term makes the Term of a won campaign, started at start.
+func (e *Election) term(l *sessionlink.Link, entry *revqueue.Entry, value string, start time.Time) *Term {
 	t := fencing.Token{Name: e.name, Revision: entry.Rev}
-	return &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key, value: value, life: e.s.Track(fencing.KindElection, t, entry.Key, time.Since(start))}, nil
+	return &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key, value: value,
+		life: e.s.Track(fencing.KindElection, t, entry.Key, time.Since(start))}
 }
 
 // Leader returns the current leader, read linearizably, or an error wrapping

@@ -101,3 +101,22 @@ func ExampleInspect() {
 	}
 	// Output: 0 replica-a true
 }
+
+// This example takes the lead only if it is free, as a cron job that must
+// not queue behind another replica's run would.
+func ExampleElection_TryCampaign() {
+	ctx := context.Background()
+	s, _ := fencing.NewSession(ctx, exampleClient()) // error checks trimmed
+	defer s.Close(ctx)
+	e, _ := election.New(s, "nightly-report")
+
+	first, err := e.TryCampaign(ctx, "replica-a")
+	fmt.Println(err)
+	_, err = e.TryCampaign(ctx, "replica-b") // a second candidate, even on one session
+	fmt.Println(errors.Is(err, fencing.ErrLocked))
+	fmt.Println(first.Resign(ctx))
+	// Output:
+	// <nil>
+	// true
+	// <nil>
+}

@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -224,4 +225,39 @@ func TestTermCallsKeepTheirDeadline(t *testing.T) {
 	etcdtest.WaitFor(t, wait, "the failed Campaign's key removed", func() bool {
 		return len(c.Keys(t, "leasehold/election/14:deadline-other/")) == 0
 	})
+}
+
+// TryCampaign leads a free election in one request; a taken one returns
+// fencing.ErrLocked naming the leader, and writes nothing.
+func TestTryCampaign(t *testing.T) {
+	c := etcdtest.Single(t)
+	e := newElection(t, newSession(t, c.Client(t)), "try")
+	term, err := e.TryCampaign(etcdtest.Context(t, wait), "first")
+	if err != nil {
+		t.Fatalf("TryCampaign of a free election: %v", err)
+	}
+	if l, err := e.Leader(etcdtest.Context(t, wait)); err != nil || l.Token != term.Token() || l.Value != "first" {
+		t.Fatalf("Leader: %+v, %v", l, err)
+	}
+	other := newElection(t, newSession(t, c.Client(t)), "try")
+	_, err = other.TryCampaign(etcdtest.Context(t, wait), "second")
+	if !errors.Is(err, fencing.ErrLocked) || !strings.Contains(err.Error(), `"first"`) || !strings.Contains(err.Error(), term.Token().String()) {
+		t.Fatalf("TryCampaign of a led election: %v, want ErrLocked naming the leader", err)
+	}
+	if keys := c.Keys(t, "leasehold/election/3:try/"); len(keys) != 1 {
+		t.Fatalf("keys after the refused TryCampaign: %v", keys)
+	}
+	if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	next, err := other.TryCampaign(etcdtest.Context(t, wait), "second")
+	if err != nil {
+		t.Fatalf("TryCampaign after the resign: %v", err)
+	}
+	if next.Token().Compare(term.Token()) <= 0 {
+		t.Errorf("token %v not after %v", next.Token(), term.Token())
+	}
+	if err := next.Resign(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
 }
