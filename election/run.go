@@ -54,6 +54,13 @@ func WithTTL(d time.Duration) RunOption {
 	}
 }
 
+// WithSessionOptions applies opts to every session Run creates, after the
+// session options the other RunOptions imply (see fencing.NewSession). A
+// nil or out-of-range option makes Run return fencing.ErrInvalidArgument.
+func WithSessionOptions(opts ...fencing.SessionOption) RunOption {
+	return func(c *runConfig) { c.session = append(c.session, opts...) }
+}
+
 // WithSafetyMargin sets the safety margin of Run's sessions (see
 // fencing.WithSafetyMargin).
 func WithSafetyMargin(d time.Duration) RunOption {

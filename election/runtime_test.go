@@ -261,3 +261,31 @@ func TestTryCampaign(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Run's sessions take fencing's own options; a bad one is Run's error.
+func TestRunWithSessionOptions(t *testing.T) {
+	c := etcdtest.Single(t)
+	var got time.Duration
+	var value string
+	err := election.Run(etcdtest.Context(t, wait), c.Client(t), "session-options", "v", func(_ context.Context, term *election.Term) error {
+		got = term.Session().TTL()
+		l, err := newElection(t, term.Session(), "session-options").Leader(etcdtest.Context(t, wait))
+		value = l.Value
+		return err
+	}, election.WithSessionOptions(fencing.WithTTL(3*time.Second), fencing.WithIdentity("ignored for elections")))
+	if err != nil || got != 3*time.Second || value != "v" {
+		t.Fatalf("Run: %v; session TTL %v, leader value %q; want 3s and %q", err, got, value, "v")
+	}
+	work := func(context.Context, *election.Term) error { return nil }
+	for name, opt := range map[string]election.RunOption{
+		"nil":    election.WithSessionOptions(nil),
+		"TTL 1s": election.WithSessionOptions(fencing.WithTTL(time.Second)),
+	} {
+		if err := election.Run(etcdtest.Context(t, wait), c.Client(t), "session-options", "v", work, opt); !errors.Is(err, fencing.ErrInvalidArgument) {
+			t.Errorf("Run with a %s session option: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Errorf("keys left: %v", keys)
+	}
+}
