@@ -260,7 +260,9 @@ func (r *runner) serve(ctx context.Context, t *Term) served {
 		r.cfg.started(t)
 	}
 	res := r.runWork(ctx, t)
-	if !res.lost {
+	if res.lost {
+		r.drop(ctx, t)
+	} else {
 		res.cause = r.resign(ctx, t)
 	}
 	level := slog.LevelDebug
@@ -330,6 +332,18 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 		return err
 	}
 	return errResigned
+}
+
+// drop resigns a lost term while its session still vouches, for one
+// request: a key still there (a loss seen wrongly) must not keep leading,
+// and a key found gone hands its slot back to the session.
+func (r *runner) drop(ctx context.Context, t *Term) {
+	if r.s.Err() != nil {
+		return // the session's end revokes its lease
+	}
+	rctx, cancel := ctxutil.Detach(ctx, leaveGrace, leaveGrace)
+	defer cancel()
+	t.Resign(rctx) // ErrNotLeader, unless the loss was seen wrongly
 }
 
 // backoff sleeps a jittered exponential delay, or until ctx ends.

@@ -289,3 +289,24 @@ func TestRunWithSessionOptions(t *testing.T) {
 		t.Errorf("keys left: %v", keys)
 	}
 }
+
+// After a term is lost with its session alive (its key deleted), Run clears
+// the term, so its session's next campaign reuses the key.
+func TestRunClearsLostTerm(t *testing.T) {
+	c := etcdtest.Single(t)
+	keys := make(chan string, 2)
+	err := election.Run(etcdtest.Context(t, wait), c.Client(t), "run-lost", "v", func(ctx context.Context, term *election.Term) error {
+		keys <- term.Key()
+		if len(keys) == 1 {
+			c.Delete(t, term.Key())
+			<-ctx.Done() // lost: Run campaigns again
+		}
+		return nil
+	}, election.WithBackoff(time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, second := <-keys, <-keys; first != second {
+		t.Errorf("the campaign after the loss used key %q, not the lost term's %q", second, first)
+	}
+}
