@@ -98,8 +98,10 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error)
 // term makes the Term of a won campaign, started at start.
 func (e *Election) term(l *sessionlink.Link, entry *revqueue.Entry, value string, start time.Time) *Term {
 	t := fencing.Token{Name: e.name, Revision: entry.Rev}
-	return &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key, value: value,
+	term := &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key,
 		life: e.s.Track(fencing.KindElection, t, entry.Key, time.Since(start))}
+	term.value.Store(&value)
+	return term
 }
 
 // Leader returns the current leader, read linearizably, or an error wrapping

@@ -33,6 +33,20 @@ func TestTermContextNeverBlocks(t *testing.T) {
 	case <-time.After(wait / 2): // the session vouches for a minute: blocking would run past this
 		t.Fatal("Term.Context blocked while etcd was unreachable")
 	}
+	// Value does not wait for a Proclaim stuck in the partition.
+	pctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go term.Proclaim(pctx, "w")
+	value := make(chan string, 1)
+	go func() { value <- term.Value() }()
+	select {
+	case v := <-value:
+		if v != "v" && v != "w" {
+			t.Errorf("Value = %q", v)
+		}
+	case <-time.After(wait / 2):
+		t.Fatal("Term.Value waited for a Proclaim in flight")
+	}
 }
 
 // Resign ends the term's contexts first, even when its delete then fails;

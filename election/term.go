@@ -23,10 +23,10 @@ type Term struct {
 	life  *fencing.Tenure // reports acquisition, then resignation or loss; nil if nobody listens
 	free  func()          // hands the key back to the session once Resign deleted it
 
-	mu       sync.Mutex  // serialises Proclaim and Resign
-	value    string      // guarded by mu: the last value written
-	resigned atomic.Bool // set once Resign succeeded or found the term lost
-	unsure   bool        // guarded by mu: a delete failed, and may yet be applied
+	mu       sync.Mutex             // serialises Proclaim and Resign
+	value    atomic.Pointer[string] // the last value written: read without mu, which Proclaim holds over a request
+	resigned atomic.Bool            // set once Resign succeeded or found the term lost
+	unsure   bool                   // guarded by mu: a delete failed, and may yet be applied
 
 	// ctxMu is separate from mu: Proclaim and Resign hold mu over a request,
 	// and Context must never wait for the network.
@@ -49,11 +49,13 @@ func (t *Term) Key() string { return t.key }
 // Session returns the session whose lease the term's key is attached to.
 func (t *Term) Session() *fencing.Session { return t.s }
 
-// Value returns the value campaigned with, or the last one proclaimed.
+// Value returns the value campaigned with, or the last one proclaimed. It
+// never waits, not even for a Proclaim in flight.
 func (t *Term) Value() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.value
+	if v := t.value.Load(); v != nil {
+		return *v
+	}
+	return ""
 }
 
 // Proclaim changes the leader's value, as observers see it, only while the
@@ -97,7 +99,7 @@ func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 		return fmt.Errorf("%w: proclaim failed its ownership compare at revision %d", guard.ErrOwnerKeyGone, resp.Header.Revision),
 			fmt.Errorf("election: proclaim %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
 	}
-	t.value = value
+	t.value.Store(&value)
 	return nil, nil
 }
 

@@ -69,14 +69,23 @@ func (h *Health) Track(ctx context.Context, o Owner) (done func()) {
 	}
 }
 
+// tracked returns what h tracks now.
+func (h *Health) tracked() []*tracked {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ts := make([]*tracked, 0, len(h.owners))
+	for t := range h.owners {
+		ts = append(ts, t)
+	}
+	return ts
+}
+
 // Check returns nil unless the process still acts on an ownership that ended
 // more than Grace ago: then an error wrapping ErrOverdue that names its token
 // and how long ago it ended.
 func (h *Health) Check() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	now := time.Now()
-	for t := range h.owners {
+	for _, t := range h.tracked() { // an Owner may be the caller's code: asked with no lock held
 		end := t.o.Session().ValidUntil()
 		if e := t.ended.Load(); e != 0 && e < end.UnixNano() {
 			end = time.Unix(0, e)

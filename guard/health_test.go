@@ -86,3 +86,38 @@ func TestHealthTrackNilInput(t *testing.T) {
 	}
 	done()
 }
+
+// reentrantOwner is a caller's Owner whose methods call back into the
+// Health that tracks it.
+type reentrantOwner struct {
+	guard.Owner
+	h *guard.Health
+}
+
+func (o reentrantOwner) Token() fencing.Token {
+	o.h.Track(context.Background(), o.Owner)() // takes the Health's lock, twice
+	return o.Owner.Token()
+}
+
+// Check asks a tracked Owner for its session and token with no lock of its
+// own held: an Owner that calls back into the Health does not deadlock.
+func TestHealthAsksOwnersOutsideItsLock(t *testing.T) {
+	c := etcdtest.Single(t)
+	hold := lock(t, newSession(t, c.Client(t)), "health-reentrant")
+	var h guard.Health
+	ended, cancel := context.WithCancel(context.Background())
+	cancel() // the work's context ended at once: Check reports it overdue, asking Token
+	h.Track(ended, reentrantOwner{Owner: hold, h: &h})
+	overdue := make(chan struct{})
+	go func() { // the work's end is recorded in the background: poll until Check sees it
+		for !errors.Is(h.Check(), guard.ErrOverdue) {
+			time.Sleep(time.Millisecond)
+		}
+		close(overdue)
+	}()
+	select {
+	case <-overdue:
+	case <-time.After(wait):
+		t.Fatal("Check never reported the overdue owner: it deadlocked on an Owner that calls back into it")
+	}
+}
