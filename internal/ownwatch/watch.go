@@ -34,6 +34,10 @@ type Owner struct {
 	// Owners is the session's registry: the watch registers there, so that
 	// a loss proven elsewhere (a guarded txn, Unlock) ends it too.
 	Owners *Registry
+	// Go, if set, runs the watch's goroutine on behalf of the session, so
+	// that closing the session waits for it; false means the session has
+	// ended, and the watch ends at once. Unset: a plain goroutine.
+	Go func(f func()) bool
 }
 
 // retryDelay paces re-arming a broken watch while the session still vouches.
@@ -80,14 +84,24 @@ func Start(parent context.Context, o Owner) *Watcher {
 	if o.Lease.Err() != nil {
 		cancel(context.Cause(o.Lease)) // now, not when the AfterFunc runs
 	}
-	go func() {
+	watch := func() {
 		defer close(w.done)
 		defer unregister()
 		defer stopLease()
 		wch := w.arm()
 		close(w.armed)
 		w.run(wch)
-	}()
+	}
+	switch {
+	case o.Go == nil:
+		go watch()
+	case !o.Go(watch):
+		cancel(context.Cause(o.Lease)) // the session ended: nothing to watch
+		unregister()
+		stopLease()
+		close(w.armed)
+		close(w.done)
+	}
 	return w
 }
 

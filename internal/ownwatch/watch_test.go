@@ -195,3 +195,31 @@ func TestRegistriesAreIndependent(t *testing.T) {
 		t.Error("the watch is still registered after cancel returned")
 	}
 }
+
+// A watch runs its goroutine through the session's Go, so closing the
+// session waits for it; a session that has ended starts none, and the
+// watch ends at once with the session's cause.
+func TestWatchGoroutineBelongsToTheSession(t *testing.T) {
+	c := etcdtest.Single(t)
+	o := own(t, c.Client(t), new(ownwatch.Registry), "owned-goroutine")
+	var started int
+	o.Go = func(f func()) bool { started++; go f(); return true }
+	w := ownwatch.Start(context.Background(), o.Owner)
+	<-w.Armed()
+	w.Stop(context.Canceled)
+	if started != 1 {
+		t.Errorf("the watch started %d goroutines through the session, want 1", started)
+	}
+	ended := errors.New("test: session over")
+	o.endSession(ended)
+	o.Go = func(func()) bool { return false }
+	w = ownwatch.Start(context.Background(), o.Owner)
+	<-w.Armed()
+	w.Stop(context.Canceled)
+	if cause := context.Cause(w.Context()); !errors.Is(cause, ended) {
+		t.Errorf("cause %v, want the session's", cause)
+	}
+	if o.Owners.Len() != 0 {
+		t.Error("a watch that never started is still registered")
+	}
+}

@@ -55,7 +55,8 @@ func Of(ctx context.Context) *Link {
 // Owner describes, for a watch, the ownership of key created at rev on l's
 // lease.
 func (l *Link) Owner(key string, rev int64) ownwatch.Owner {
-	return ownwatch.Owner{Client: l.Client, Key: key, Rev: rev, Lease: l.Life, LeaseID: l.Lease, Expired: l.Expired, Owners: l.Owners}
+	return ownwatch.Owner{Client: l.Client, Key: key, Rev: rev, Lease: l.Life, LeaseID: l.Lease, Expired: l.Expired,
+		Owners: l.Owners, Go: l.Go}
 }
 
 // KeyPool hands out slot numbers per queue: a session's next Lock (or
