@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -193,24 +194,17 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 // round trip. guard.Watch returns only once its watch is armed.
 func (t *Term) Context() context.Context {
 	if t == nil || t.link == nil {
-		return ended(fmt.Errorf("election: %w: term not made by Campaign", fencing.ErrInvalidArgument))
+		return ctxutil.Ended(fmt.Errorf("election: %w: term not made by Campaign", fencing.ErrInvalidArgument))
 	}
 	t.ctxMu.Lock()
 	defer t.ctxMu.Unlock()
 	if t.watch == nil {
 		if t.stopped {
-			return ended(errResigned)
+			return ctxutil.Ended(errResigned)
 		}
 		// The watch's goroutine ends with the context: at Resign, at the
 		// loss, or when the session ends.
 		t.watch = ownwatch.Start(context.Background(), t.link.Owner(t.key, t.token.Revision))
 	}
 	return t.watch.Context()
-}
-
-// ended returns a context that is already done, with cause.
-func ended(cause error) context.Context {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	cancel(cause)
-	return ctx
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -139,24 +140,17 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 // round trip. guard.Watch returns only once its watch is armed.
 func (h *Hold) Context() context.Context {
 	if h == nil || h.s == nil {
-		return ended(fmt.Errorf("fencing: %w: hold not made by Lock", ErrInvalidArgument))
+		return ctxutil.Ended(fmt.Errorf("fencing: %w: hold not made by Lock", ErrInvalidArgument))
 	}
 	h.ctxMu.Lock()
 	defer h.ctxMu.Unlock()
 	if h.watch == nil {
 		if h.stopped {
-			return ended(errReleased)
+			return ctxutil.Ended(errReleased)
 		}
 		// The watch's goroutine ends with the context: at Unlock, at the
 		// loss, or when the session ends.
 		h.watch = ownwatch.Start(context.Background(), h.s.link.Owner(h.key, h.token.Revision))
 	}
 	return h.watch.Context()
-}
-
-// ended returns a context that is already done, with cause.
-func ended(cause error) context.Context {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	cancel(cause)
-	return ctx
 }

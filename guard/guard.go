@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 )
@@ -43,9 +44,7 @@ type Owner interface {
 func Watch(ctx context.Context, o Owner) (context.Context, context.CancelFunc) {
 	l, err := check(ctx, o)
 	if err != nil {
-		ended, cancel := context.WithCancelCause(context.Background())
-		cancel(fmt.Errorf("guard: Watch: %w", err))
-		return ended, func() {}
+		return ctxutil.Ended(fmt.Errorf("guard: Watch: %w", err)), func() {}
 	}
 	return ownwatch.Watch(ctx, l.Owner(o.Key(), o.Token().Revision))
 }

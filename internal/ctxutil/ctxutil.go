@@ -1,4 +1,4 @@
-// Package ctxutil holds the one context helper the library's cleanups share.
+// Package ctxutil holds the context helpers the library's packages share.
 package ctxutil
 
 import (
@@ -18,4 +18,12 @@ func Detach(ctx context.Context, grace, limit time.Duration) (context.Context, c
 	// A timer that fires after cancel is harmless: cancel is idempotent.
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
 	return dctx, func() { stop(); cancel() }
+}
+
+// Ended returns a context that is already done, with cause: what an owner's
+// Context returns once it can no longer prove anything.
+func Ended(cause error) context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	return ctx
 }
