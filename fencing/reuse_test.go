@@ -117,8 +117,7 @@ func TestWaiterNotFooledByPredecessorsNewLife(t *testing.T) {
 		}
 		won <- err
 	}()
-	for len(lockKeys(t, c, "reuse-gap")) < 2 { // B's enqueue is applied
-	}
+	etcdtest.WaitFor(t, wait, "B's enqueue applied", func() bool { return len(lockKeys(t, c, "reuse-gap")) == 2 })
 	if err := held.Unlock(etcdtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}

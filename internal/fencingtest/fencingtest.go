@@ -118,3 +118,19 @@ func BlackholeTrials(t *testing.T, c *etcdtest.Cluster, n int, ttl time.Duration
 		}
 	}
 }
+
+// ReturnsBy runs call and waits for it to return, for at most limit: a call
+// still running then fails t (its goroutine is left to TestMain's leak
+// check). It returns call's error.
+func ReturnsBy(t testing.TB, limit time.Duration, what string, call func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("%s had not returned %v later", what, limit)
+		return nil
+	}
+}
