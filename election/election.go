@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -49,7 +50,11 @@ func New(s *fencing.Session, name string) (*Election, error) {
 	if err := fencing.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("election: New: %w", err)
 	}
-	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: revqueue.Prefix("election", name)}}, nil
+	l := sessionlink.Of(s.Context())
+	if l == nil {
+		return nil, fmt.Errorf("election: New: %w: session not made by fencing.NewSession", fencing.ErrInvalidArgument)
+	}
+	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: keyspace.Prefix(l.Root, "election", name)}}, nil
 }
 
 // Name returns the election's name.
@@ -150,10 +155,3 @@ func (e *Election) leader(ctx context.Context) (*Leader, int64, error) {
 // errWatchBroken marks a watch that Observe resumes without telling the
 // caller: compacted, cancelled by the server, or closed with its connection.
 var errWatchBroken = errors.New("election: watch broken")
-
-// Inspect returns the queue of the election called name: the leader first,
-// then the candidates in the order they will lead, each with its value,
-// lease and the lease's time left (see fencing.Inspect).
-func Inspect(ctx context.Context, cli *clientv3.Client, name string) (fencing.Queue, error) {
-	return fencing.Inspect(ctx, cli, fencing.KindElection, name)
-}

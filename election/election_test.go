@@ -10,7 +10,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/keyspace"
 )
 
 func TestNewRejectsBadInput(t *testing.T) {
@@ -120,12 +120,12 @@ func TestCampaignFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
 		_, err := e.Campaign(etcdtest.Context(t, wait), "candidate")
 		errc <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "revoke"))) == 2 })
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "revoke"))) == 2 })
 	c.Revoke(t, s.Lease())
 	if err := <-errc; !errors.Is(err, fencing.ErrSessionExpired) {
 		t.Fatalf("Campaign with revoked lease: %v; want ErrSessionExpired", err)
 	}
-	if n := len(c.Keys(t, revqueue.Prefix("election", "revoke"))); n != 1 {
+	if n := len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "revoke"))); n != 1 {
 		t.Fatalf("%d keys; want only the leader's", n)
 	}
 }
@@ -141,12 +141,12 @@ func TestCancelledCampaignLeavesNoKey(t *testing.T) {
 		_, err := e.Campaign(ctx, "candidate")
 		errc <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "cancel"))) == 2 })
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "cancel"))) == 2 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Campaign: %v", err)
 	}
-	if n := len(c.Keys(t, revqueue.Prefix("election", "cancel"))); n != 1 {
+	if n := len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "cancel"))); n != 1 {
 		t.Fatalf("%d keys; want only the leader's", n)
 	}
 }
@@ -248,7 +248,7 @@ func TestElectionSurvivesRaftLeaderLoss(t *testing.T) {
 		}
 		won <- term
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "raft"))) == 2 })
+	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "raft"))) == 2 })
 	c.StopLeader(t)
 	c.WaitLeader(t)
 	if err := first.Resign(etcdtest.Context(t, wait)); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
 )
 
@@ -74,7 +75,7 @@ func ExampleRun() {
 }
 
 // This example reads who leads an election, and who would lead next.
-func ExampleInspect() {
+func Example_inspect() {
 	ctx := context.Background()
 	cli := exampleClient()
 	s, err := fencing.NewSession(ctx, cli)
@@ -91,7 +92,7 @@ func ExampleInspect() {
 	}
 	defer t.Resign(ctx)
 
-	q, err := election.Inspect(ctx, cli, "inspected-election")
+	q, err := inspect.Read(ctx, cli, fencing.DefaultRoot, fencing.KindElection, "inspected-election")
 	if err != nil {
 		fmt.Println(err)
 		return

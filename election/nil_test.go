@@ -45,7 +45,6 @@ func TestNilAndZeroInputs(t *testing.T) {
 		"Run(nil work)":         func() error { return election.Run(ctx, cli, "x", "v", nil) },
 		"Run(nil option)":       func() error { return election.Run(ctx, cli, "x", "v", work, nil) },
 		"Run(WithHealth(nil))":  func() error { return election.Run(ctx, cli, "x", "v", work, election.WithHealth(nil)) },
-		"Inspect(nil client)":   func() error { _, err := election.Inspect(ctx, nil, "x"); return err },
 	}
 	for name, call := range invalid {
 		t.Run(name, func(t *testing.T) {

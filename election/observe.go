@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,9 +25,9 @@ type Observation struct {
 // whose key is gone is never reported as leading. When a read or the watch
 // fails, or its watch cannot be established or is ended by etcd (a lost etcd
 // leader), or a check read after 5 s of silence fails (a partition), Observe
-// sends an Observation with Err and tries again with backoff. A watch that is compacted or broken is resumed from a fresh read
-// without an error. The channel closes promptly once ctx is done, and at no other
-// time.
+// sends an Observation with Err and tries again with backoff. A watch that
+// is compacted or broken is resumed from a fresh read without an error. The
+// channel closes promptly once ctx is done, and at no other time.
 func (e *Election) Observe(ctx context.Context) <-chan Observation {
 	if err := e.usable(ctx); err != nil {
 		ch := make(chan Observation, 1)
@@ -176,7 +177,20 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 	if err == nil || errors.Is(err, rpctypes.ErrCompacted) {
 		return fmt.Errorf("%w: %v", errWatchBroken, err)
 	}
-	return fmt.Errorf("election: watch: %w", err)
+	return fmt.Errorf("election: watch: %w", typed(err))
+}
+
+// typed recovers etcd's typed error from a refused watch's, which clientv3
+// hands over as plain text ("rpc error: code = PermissionDenied desc =
+// etcdserver: permission denied"), so that errors.Is(err,
+// rpctypes.ErrPermissionDenied) holds for Observe as for every other call.
+func typed(err error) error {
+	if _, desc, ok := strings.Cut(err.Error(), "desc = "); ok {
+		if e, ok := rpctypes.Error(errors.New(desc)).(rpctypes.EtcdError); ok {
+			return e
+		}
+	}
+	return err
 }
 
 // report sends cur if it differs from what was sent last. It returns false

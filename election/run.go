@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/ctxutil"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -140,8 +141,10 @@ func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 // the old one is lost, and closes it before returning.
 //
 // Run returns an error only for bad arguments (fencing.ErrInvalidName;
-// fencing.ErrInvalidArgument for a nil ctx, client, work or option) or when a policy of Return gives it work's
-// error.
+// fencing.ErrInvalidArgument for a nil ctx, client, work or option), when
+// etcd refuses the name's keys to this client (rpctypes.ErrPermissionDenied:
+// no retry can fix a missing grant), or when a policy of Return gives it
+// work's error.
 func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
 	c := runConfig{backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second, onError: Recampaign}
@@ -197,7 +200,7 @@ func (r *runner) loop(ctx context.Context) error {
 	for ctx.Err() == nil {
 		t, err := r.campaign(ctx)
 		if err != nil {
-			if errors.Is(err, fencing.ErrInvalidArgument) {
+			if refused(err) {
 				return err
 			}
 			if ctx.Err() == nil { // why a replica is not leading: say it
@@ -213,6 +216,13 @@ func (r *runner) loop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// refused reports whether a campaign failed for a reason no retry can fix:
+// a bad argument, or etcd refusing this user the name's keys (an operator
+// must change a grant; a replica that idles with a log line would hide it).
+func refused(err error) bool {
+	return errors.Is(err, fencing.ErrInvalidArgument) || errors.Is(err, rpctypes.ErrPermissionDenied)
 }
 
 // campaign makes a session if there is none (or it ended) and campaigns.

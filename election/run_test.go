@@ -14,7 +14,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/keyspace"
 )
 
 // replicas runs n Run replicas of one election, each on its own client,
@@ -108,7 +108,7 @@ func TestRunOneWorkerAndFailoverOnRevoke(t *testing.T) {
 	r := startReplicas(t, c, 3, election.WithTTL(2*time.Second))
 	first := r.waitTerms(t, 1)[0]
 	etcdtest.WaitFor(t, wait, "all replicas to campaign", func() bool {
-		return len(c.Keys(t, revqueue.Prefix("election", "workers"))) == 3
+		return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "workers"))) == 3
 	})
 	if m := r.most(); m > 1 {
 		t.Fatalf("%d works ran at once", m)
@@ -196,7 +196,7 @@ func TestRunPolicies(t *testing.T) {
 		done <- election.Run(kctx, cli, "policy", "v", func(_ context.Context, t *election.Term) error { term = t; return nil },
 			fast, election.OnSuccess(election.KeepLeading))
 	}()
-	etcdtest.WaitFor(t, wait, "the term to be kept", func() bool { return len(c.Keys(t, revqueue.Prefix("election", "policy"))) == 1 })
+	etcdtest.WaitFor(t, wait, "the term to be kept", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "policy"))) == 1 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run with KeepLeading: %v", err)

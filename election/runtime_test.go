@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/fencingtest"
+	"github.com/leasehold/leasehold/internal/keyspace"
 )
 
 // overrun is how far past its documented bound a call may return here: slack
@@ -225,7 +226,7 @@ func TestTermCallsKeepTheirDeadline(t *testing.T) {
 	}
 	link.Restore()
 	etcdtest.WaitFor(t, wait, "the failed Campaign's key removed", func() bool {
-		return len(c.Keys(t, "leasehold/election/14:deadline-other/")) == 0
+		return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "deadline-other"))) == 0
 	})
 }
 
@@ -246,7 +247,7 @@ func TestTryCampaign(t *testing.T) {
 	if !errors.Is(err, fencing.ErrLocked) || !strings.Contains(err.Error(), `"first"`) || !strings.Contains(err.Error(), term.Token().String()) {
 		t.Fatalf("TryCampaign of a led election: %v, want ErrLocked naming the leader", err)
 	}
-	if keys := c.Keys(t, "leasehold/election/3:try/"); len(keys) != 1 {
+	if keys := c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "try")); len(keys) != 1 {
 		t.Fatalf("keys after the refused TryCampaign: %v", keys)
 	}
 	if err := term.Resign(etcdtest.Context(t, wait)); err != nil {

@@ -3,6 +3,7 @@ package fencing
 import (
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/keyspace"
 )
 
 // Sentinel errors. Every error this package returns that a caller may act on
@@ -10,7 +11,7 @@ import (
 var (
 	// ErrInvalidName is returned for a lock name that cannot be isolated
 	// from other names (see NewMutex), and by ParseToken for such a name.
-	ErrInvalidName = errors.New("fencing: invalid name")
+	ErrInvalidName = keyspace.ErrInvalidName
 
 	// ErrInvalidToken is returned by ParseToken for text that String did
 	// not produce.

@@ -108,22 +108,6 @@ func ExampleGate() {
 	// true
 }
 
-// This example prints the worst cases of the default session configuration.
-func ExampleSafetyBudget() {
-	b, err := fencing.SafetyBudget(fencing.DefaultTTL, fencing.DefaultTTL/3, time.Second)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("takeover after a crash within", b.Takeover)
-	fmt.Println("partitioned holder stops within", b.PartitionedWork)
-	fmt.Println("unfenced writes survive pauses up to", b.Pause)
-	// Output:
-	// takeover after a crash within 10.5s
-	// partitioned holder stops within 9s
-	// unfenced writes survive pauses up to 1s
-}
-
 // This example counts acquisitions and losses with an Observer, as a metrics
 // library would.
 func ExampleWithObserver() {
@@ -148,31 +132,4 @@ func ExampleWithObserver() {
 	h.Unlock(ctx)
 	fmt.Println("acquired", acquired.Load(), "released", released.Load())
 	// Output: acquired 1 released 1
-}
-
-// This example shows who holds a lock and who waits for it.
-func ExampleInspect() {
-	ctx := context.Background()
-	s, err := fencing.NewSession(ctx, exampleClient(), fencing.WithIdentity("worker-1"))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer s.Close(ctx)
-	m, _ := fencing.NewMutex(s, "reports")
-	h, err := m.Lock(ctx)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer h.Unlock(ctx)
-
-	q, err := fencing.Inspect(ctx, exampleClient(), fencing.KindLock, "reports")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	owner, _ := q.Owner()
-	fmt.Println(len(q.Entries), "in queue; owner:", owner.Value, "token matches:", owner.Token == h.Token())
-	// Output: 1 in queue; owner: worker-1 token matches: true
 }

@@ -15,7 +15,7 @@ import (
 // marks does not order writes across processes: see Gate.Do.
 type EtcdGateStore struct {
 	Client *clientv3.Client
-	Prefix string // e.g. "leasehold/gate/ledger/"; each name's key is Prefix+name
+	Prefix string // e.g. "myapp/gate/ledger/"; each name's key is Prefix+name
 }
 
 // Advance implements GateStore.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/revqueue"
 )
 
@@ -22,11 +23,10 @@ type Mutex struct {
 	q    revqueue.Queue
 }
 
-// NewMutex returns the lock called name on session s. Any non-empty valid
-// UTF-8 name of at most MaxNameLen bytes without a NUL byte is accepted,
-// hierarchical ("jobs/billing", "a/b/c"), with empty segments ("a//b") or
-// not: each name owns a key range no other name can reach (its keys start
-// with "leasehold/lock/<length of name>:<name>/"), so "a" and "a/b" are two
+// NewMutex returns the lock called name on session s. Names follow
+// ValidateName: printable, without '#', hierarchical ("jobs/billing") or
+// not. Each name owns a key range no other name reaches (its keys start with
+// the session's root, the name, then "#lock/"), so "a" and "a/b" are two
 // independent locks. Other names return ErrInvalidName; a nil s returns
 // ErrInvalidArgument.
 func NewMutex(s *Session, name string) (*Mutex, error) {
@@ -36,7 +36,7 @@ func NewMutex(s *Session, name string) (*Mutex, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fencing: NewMutex: %w", err)
 	}
-	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: revqueue.Prefix("lock", name)}}, nil
+	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, "lock", name)}}, nil
 }
 
 // Name returns the lock's name.

@@ -2,29 +2,33 @@ package fencing
 
 import (
 	"fmt"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/leasehold/leasehold/internal/keyspace"
 )
 
 // MaxNameLen is the longest name, in bytes, that NewMutex accepts.
-const MaxNameLen = 512
+const MaxNameLen = keyspace.MaxNameLen
 
-// nul cannot appear in a name: C tools, environment variables and HTTP
-// headers cannot carry it, and a name is printed in all of them.
-const nul = "\x00"
+// DefaultRoot is the key prefix under which a session created without
+// WithRoot keeps its locks and elections.
+const DefaultRoot = "leasehold/"
 
 // ValidateName returns nil for a name that NewMutex (and election.New)
 // accept, and otherwise an error wrapping ErrInvalidName that says why.
-func ValidateName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty", ErrInvalidName)
-	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, name)
-	case strings.Contains(name, nul):
-		return fmt.Errorf("%w: %q contains a NUL byte", ErrInvalidName, name)
+//
+// A name is 1 to MaxNameLen bytes of UTF-8 made of printable characters
+// (letters, marks, digits, punctuation, symbols and the ASCII space) other
+// than '#'. It is written into its keys as it is, after the session's root:
+// the lock "jobs/billing" queues under "leasehold/jobs/billing#lock/", so
+// every name starting with "jobs/" has its keys under "leasehold/jobs/", and
+// '#', which no name contains, ends the name, so no name reaches another's
+// keys ("a" and "a/b" are two independent locks). '/' means nothing special
+// to the library; empty segments ("a//b") are names like any other.
+func ValidateName(name string) error { return keyspace.ValidateName(name) }
+
+func validRoot(root string) error {
+	if err := keyspace.ValidateRoot(root); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return nil
 }

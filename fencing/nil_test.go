@@ -36,15 +36,6 @@ func TestNilAndZeroInputs(t *testing.T) {
 		"zero Hold Context":      func() error { return context.Cause(new(fencing.Hold).Context()) },
 		"zero Session Close":     func() error { return new(fencing.Session).Close(ctx) },
 		"Close(nil ctx)":         func() error { return s.Close(nilCtx) },
-		"Inspect(nil ctx)": func() error {
-			_, err := fencing.Inspect(nilCtx, cli, fencing.KindLock, "x")
-			return err
-		},
-		"Inspect(nil client)": func() error { _, err := fencing.Inspect(ctx, nil, fencing.KindLock, "x"); return err },
-		"InspectPrefix(nil client, any kind)": func() error {
-			_, err := fencing.InspectPrefix(ctx, nil, "", "")
-			return err
-		},
 		"Gate.Do(nil write)": func() error {
 			var g fencing.Gate
 			return g.Do(ctx, fencing.Token{Name: "x", Revision: 1}, nil)

@@ -26,6 +26,7 @@ type sessionConfig struct {
 	marginOK bool // margin was set by WithSafetyMargin
 	logger   *slog.Logger
 	identity string
+	root     string
 	observer Observer
 }
 
@@ -59,13 +60,28 @@ func WithIdentity(id string) SessionOption {
 	return func(c *sessionConfig) { c.identity = id }
 }
 
+// WithRoot puts the keys of every lock and election made on the session under
+// root instead of DefaultRoot, so that an application keeps them in its own
+// namespace: with root "billing/locks/", the lock "jobs/x" queues under
+// "billing/locks/jobs/x#lock/". Sessions see each other's locks only under
+// the same root. Root is used as it is (end it with "/" to keep names
+// apart from the rest of the namespace); NewSession returns
+// ErrInvalidArgument for an empty root or one with an unprintable character.
+// package inspect computes the key ranges for etcd grants and tools.
+func WithRoot(root string) SessionOption {
+	return func(c *sessionConfig) { c.root = root }
+}
+
 func newSessionConfig(opts []SessionOption) (sessionConfig, error) {
-	c := sessionConfig{ttl: DefaultTTL}
+	c := sessionConfig{ttl: DefaultTTL, root: DefaultRoot}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: nil option", ErrInvalidArgument)
 		}
 		o(&c)
+	}
+	if err := validRoot(c.root); err != nil {
+		return c, err
 	}
 	if c.ttl < MinTTL {
 		return c, fmt.Errorf("%w: TTL %v below %v", ErrInvalidArgument, c.ttl, MinTTL)

@@ -84,7 +84,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 	}
 	s.period = s.ttl / 3
 	life, cancel := context.WithCancelCause(context.Background())
-	s.link = &sessionlink.Link{Client: cli, Lease: s.id, KeyStem: fmt.Sprintf("%016x-", int64(s.id)), TTL: s.ttl, Owners: new(ownwatch.Registry), Keys: new(sessionlink.KeyPool), Expired: ErrLeaseExpired, Go: s.background}
+	s.link = &sessionlink.Link{Client: cli, Lease: s.id, Root: cfg.root, KeyStem: fmt.Sprintf("%016x-", int64(s.id)), TTL: s.ttl, Owners: new(ownwatch.Registry), Keys: new(sessionlink.KeyPool), Expired: ErrLeaseExpired, Go: s.background}
 	s.ctx, s.cancel = sessionlink.With(life, s.link), cancel
 	s.link.Life = s.ctx
 	s.closingCtx, s.closing = context.WithCancel(context.Background())

@@ -2,9 +2,7 @@ package fencing_test
 
 import (
 	"errors"
-	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/fencing"
 )
@@ -65,8 +63,7 @@ func FuzzTokenRoundTrip(f *testing.F) {
 		f.Add(s, int64(1))
 	}
 	f.Fuzz(func(t *testing.T, name string, rev int64) {
-		if name == "" || len(name) > fencing.MaxNameLen || !utf8.ValidString(name) ||
-			strings.Contains(name, "\x00") || rev <= 0 {
+		if fencing.ValidateName(name) != nil || rev <= 0 {
 			t.Skip()
 		}
 		tok := fencing.Token{Name: name, Revision: rev}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -87,7 +88,12 @@ func runDemo(ctx context.Context, c config, out, errOut io.Writer) (bool, error)
 func (d *demo) cleanup(c config) {
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 	defer cancel()
-	for _, prefix := range []string{c.prefix(), fencing.KeyPrefix(fencing.KindElection, c.election())} {
+	election, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindElection, c.election())
+	if err != nil {
+		fmt.Fprintf(d.errOut, "demo: %v\n", err)
+		return
+	}
+	for _, prefix := range []string{c.prefix(), election} {
 		if _, err := d.cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
 			fmt.Fprintf(d.errOut, "demo: could not delete the demo's keys under %s: %v\n", prefix, err)
 		}

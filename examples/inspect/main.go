@@ -13,7 +13,8 @@
 // json. -o json prints the queues as JSON, one document per line (per
 // redraw): snake_case keys, tokens as {"name","revision"}, leases in hex as
 // in the table and etcdctl, durations in nanoseconds (the _ns keys).
-// --timeout bounds each read of etcd. --explain prints the safety budget of
+// --root is the key prefix the services pass to fencing.WithRoot (default
+// "leasehold/"). --timeout bounds each read of etcd. --explain prints the safety budget of
 // a TTL and margin: how long a crashed holder blocks its successor, how long
 // a partitioned one works on.
 //
@@ -40,6 +41,7 @@ import (
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -52,6 +54,7 @@ func main() {
 type config struct {
 	conn                 connect.Config
 	kind, prefix, output string
+	root                 string
 	watch, explain       bool
 	ttl, margin, timeout time.Duration
 	name                 string
@@ -70,6 +73,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	c.conn.Register(fs, "")
 	fs.StringVar(&c.kind, "kind", "", `"lock" or "election"; unset: lock for NAME, both for --prefix`)
 	fs.StringVar(&c.prefix, "prefix", "", "show every queue whose name starts with this, instead of NAME")
+	fs.StringVar(&c.root, "root", fencing.DefaultRoot, "the key prefix the services pass to fencing.WithRoot")
 	fs.StringVar(&c.output, "o", "table", `output format: "table" or "json"`)
 	fs.BoolVar(&c.watch, "watch", false, "redraw on every change until interrupted")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long one read of etcd may take")
@@ -102,6 +106,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := c.conn.Validate(); err != nil {
 		return c, err
+	}
+	if _, err := inspect.SubtreePrefix(c.root, c.prefix); err != nil {
+		return c, fmt.Errorf("--root %q, --prefix %q: %w", c.root, c.prefix, err)
 	}
 	if len(names) == 1 {
 		c.name = names[0]
@@ -185,7 +192,7 @@ func explain(c config, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "inspect: --margin %v: must be below half the TTL, %v\n", margin, ttl/2)
 		return 2
 	}
-	b, err := fencing.SafetyBudget(ttl, ttl/3, margin)
+	b, err := inspect.SafetyBudget(ttl, ttl/3, margin)
 	if err != nil {
 		fmt.Fprintln(stderr, "inspect:", err)
 		return 2
@@ -222,7 +229,7 @@ func hintOtherKind(ctx context.Context, cli *clientv3.Client, c config, stderr i
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	q, err := fencing.Inspect(ctx, cli, other, c.name)
+	q, err := inspect.Read(ctx, cli, c.root, other, c.name)
 	owner, ok := q.Owner()
 	if err != nil || !ok {
 		return
@@ -231,14 +238,22 @@ func hintOtherKind(ctx context.Context, cli *clientv3.Client, c config, stderr i
 }
 
 // read returns the queues the command line asks for.
-func read(ctx context.Context, cli *clientv3.Client, c config) ([]fencing.Queue, error) {
+func read(ctx context.Context, cli *clientv3.Client, c config) ([]inspect.Queue, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if c.name == "" {
-		return fencing.InspectPrefix(ctx, cli, fencing.Kind(c.kind), c.prefix)
+		return inspect.ReadPrefix(ctx, cli, c.root, fencing.Kind(c.kind), c.prefix)
 	}
-	q, err := fencing.Inspect(ctx, cli, fencing.Kind(c.kind), c.name)
-	return []fencing.Queue{q}, err
+	q, err := inspect.Read(ctx, cli, c.root, fencing.Kind(c.kind), c.name)
+	return []inspect.Queue{q}, err
+}
+
+// keyRange is the etcd key prefix of what the command line asks for.
+func keyRange(c config) (string, error) {
+	if c.name == "" {
+		return inspect.SubtreePrefix(c.root, c.prefix)
+	}
+	return inspect.KeyPrefix(c.root, fencing.Kind(c.kind), c.name)
 }
 
 func show(ctx context.Context, cli *clientv3.Client, c config, s *screen) error {
@@ -262,10 +277,14 @@ func watch(ctx context.Context, cli *clientv3.Client, c config, s *screen) error
 	defer cancel()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	keys, err := keyRange(c)
+	if err != nil {
+		return err
+	}
 	var events clientv3.WatchChan
 	for {
 		if events == nil {
-			events = cli.Watch(clientv3.WithRequireLeader(ctx), fencing.KeyPrefix(fencing.Kind(c.kind), c.name), clientv3.WithPrefix())
+			events = cli.Watch(clientv3.WithRequireLeader(ctx), keys, clientv3.WithPrefix())
 		}
 		drawn := time.Now()
 		if err := show(ctx, cli, c, s); err != nil && ctx.Err() == nil {

@@ -13,13 +13,14 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 func TestMain(m *testing.M) { progtest.Main(m, main) }
 
-func inspect(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func runInspect(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	code = run(etcdtest.Context(t, fencingtest.Wait), args, &out, &errOut)
@@ -42,21 +43,22 @@ func queue(t *testing.T, c *etcdtest.Cluster, name string) *fencing.Hold {
 	}()
 	t.Cleanup(func() { <-done })
 	etcdtest.WaitFor(t, fencingtest.Wait, "the waiter to queue", func() bool {
-		return len(c.Keys(t, fencing.KeyPrefix(fencing.KindLock, name))) == 2
+		prefix, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindLock, name)
+		return err == nil && len(c.Keys(t, prefix)) == 2
 	})
 	return owner
 }
 
 func TestNoEndpointsExplainsHowToConnect(t *testing.T) {
 	t.Setenv("ETCDCTL_ENDPOINTS", "")
-	code, _, stderr := inspect(t, "jobs/billing")
+	code, _, stderr := runInspect(t, "jobs/billing")
 	if code != 2 || !strings.Contains(stderr, "--endpoints") || !strings.Contains(stderr, "ETCDCTL_ENDPOINTS") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
-	if code, _, _ := inspect(t, "--endpoints", "x", "a", "b"); code != 2 {
+	if code, _, _ := runInspect(t, "--endpoints", "x", "a", "b"); code != 2 {
 		t.Fatalf("two names: exit %d; want 2", code)
 	}
-	if code, _, _ := inspect(t, "--endpoints", "x", "-o", "yaml", "a"); code != 2 {
+	if code, _, _ := runInspect(t, "--endpoints", "x", "-o", "yaml", "a"); code != 2 {
 		t.Fatalf("-o yaml: exit %d; want 2", code)
 	}
 }
@@ -64,7 +66,7 @@ func TestNoEndpointsExplainsHowToConnect(t *testing.T) {
 func TestTableShowsOwnerFirst(t *testing.T) {
 	c := etcdtest.Single(t)
 	owner := queue(t, c, "jobs/billing")
-	code, out, stderr := inspect(t, "--endpoints", c.Endpoints()[0], "jobs/billing")
+	code, out, stderr := runInspect(t, "--endpoints", c.Endpoints()[0], "jobs/billing")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -82,7 +84,7 @@ func TestTableShowsOwnerFirst(t *testing.T) {
 	if !strings.Contains(rows[0], owner.Token().String()) || !strings.Contains(rows[0], "host-a/1") || !strings.Contains(rows[1], "host-b/2") {
 		t.Fatalf("owner not first, or identities missing:\n%s", out)
 	}
-	if code, out, _ := inspect(t, "--endpoints", c.Endpoints()[0], "free"); code != 0 || !strings.Contains(out, "free") {
+	if code, out, _ := runInspect(t, "--endpoints", c.Endpoints()[0], "free"); code != 0 || !strings.Contains(out, "free") {
 		t.Fatalf("free lock: exit %d, output:\n%s", code, out)
 	}
 }
@@ -93,11 +95,11 @@ func TestJSONRoundTrips(t *testing.T) {
 	c := etcdtest.Single(t)
 	queue(t, c, "jobs/a")
 	queue(t, c, "jobs/b")
-	code, out, stderr := inspect(t, "--endpoints", c.Endpoints()[0], "--prefix", "jobs/", "-o", "json")
+	code, out, stderr := runInspect(t, "--endpoints", c.Endpoints()[0], "--prefix", "jobs/", "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var qs []fencing.Queue
+	var qs []inspect.Queue
 	if err := json.Unmarshal([]byte(out), &qs); err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +137,11 @@ func TestWatchRedrawsOnHandover(t *testing.T) {
 }
 
 func TestExplainPrintsBudget(t *testing.T) {
-	code, out, _ := inspect(t, "--explain")
+	code, out, _ := runInspect(t, "--explain")
 	if code != 0 || !strings.Contains(out, "≤ 10.5s") || !strings.Contains(out, "safety margin 1s") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	if code, out, _ := inspect(t, "--explain", "--ttl", "2500ms"); code != 0 || !strings.Contains(out, "lease TTL 3s") {
+	if code, out, _ := runInspect(t, "--explain", "--ttl", "2500ms"); code != 0 || !strings.Contains(out, "lease TTL 3s") {
 		t.Fatalf("TTL rounded up as etcd does: exit %d:\n%s", code, out)
 	}
 }
@@ -153,7 +155,7 @@ func TestBadCommandLinesExitTwo(t *testing.T) {
 		{"--explain", "--ttl", "1s"},
 		{"--explain", "--ttl", "4s", "--margin", "2s"},
 	} {
-		if code, _, stderr := inspect(t, args...); code != 2 || stderr == "" {
+		if code, _, stderr := runInspect(t, args...); code != 2 || stderr == "" {
 			t.Errorf("inspect %q: exit %d, stderr %q; want 2 and a reason", args, code, stderr)
 		}
 	}
@@ -163,7 +165,7 @@ func TestBadCommandLinesExitTwo(t *testing.T) {
 func TestFlagsAfterName(t *testing.T) {
 	c := etcdtest.Single(t)
 	queue(t, c, "after")
-	code, out, stderr := inspect(t, "after", "--endpoints", c.Endpoints()[0], "-o", "json")
+	code, out, stderr := runInspect(t, "after", "--endpoints", c.Endpoints()[0], "-o", "json")
 	if code != 0 || !strings.HasPrefix(out, "[") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
@@ -174,7 +176,7 @@ func TestFlagsAfterName(t *testing.T) {
 
 // An unreachable cluster is a failure to read (exit 1), with the reason.
 func TestUnreachableEtcdExitsOne(t *testing.T) {
-	code, _, stderr := inspect(t, "--endpoints", "127.0.0.1:1", "--timeout", "300ms", "n")
+	code, _, stderr := runInspect(t, "--endpoints", "127.0.0.1:1", "--timeout", "300ms", "n")
 	if code != 1 || !strings.Contains(stderr, "inspect:") {
 		t.Fatalf("exit %d, stderr %q; want 1 and the reason", code, stderr)
 	}
@@ -234,12 +236,12 @@ func TestHintsTheOtherKind(t *testing.T) {
 		{[]string{"reports"}, `inspect: no lock named "reports"; an election named "reports" has a leader ("me"): use --kind election`},
 		{[]string{"--kind", "election", "jobs/billing"}, `inspect: no election named "jobs/billing"; a lock named "jobs/billing" is held (by "host-a/1"): use --kind lock`},
 	} {
-		code, out, stderr := inspect(t, append([]string{"--endpoints", ep}, tc.args...)...)
+		code, out, stderr := runInspect(t, append([]string{"--endpoints", ep}, tc.args...)...)
 		if code != 0 || !strings.Contains(out, "free") || !strings.Contains(stderr, tc.want) {
 			t.Errorf("inspect %q: exit %d\nstdout:\n%s\nstderr:\n%s\nwant on stderr: %s", tc.args, code, out, stderr, tc.want)
 		}
 	}
-	if _, _, stderr := inspect(t, "--endpoints", ep, "nothing"); stderr != "" {
+	if _, _, stderr := runInspect(t, "--endpoints", ep, "nothing"); stderr != "" {
 		t.Errorf("a name free as both kinds got a hint: %s", stderr)
 	}
 }
@@ -250,8 +252,8 @@ func TestJSONStyleMatchesTable(t *testing.T) {
 	c := etcdtest.Single(t)
 	owner := queue(t, c, "jobs/style")
 	ep := c.Endpoints()[0]
-	_, table, _ := inspect(t, "--endpoints", ep, "jobs/style")
-	code, out, stderr := inspect(t, "--endpoints", ep, "-o", "json", "jobs/style")
+	_, table, _ := runInspect(t, "--endpoints", ep, "jobs/style")
+	code, out, stderr := runInspect(t, "--endpoints", ep, "-o", "json", "jobs/style")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
 )
 
 // screen draws snapshots of queues: as tables, redrawn in place on a
@@ -33,7 +34,7 @@ func newScreen(w io.Writer, output string, log *slog.Logger) *screen {
 	return s
 }
 
-func (s *screen) draw(qs []fencing.Queue, now time.Time) error {
+func (s *screen) draw(qs []inspect.Queue, now time.Time) error {
 	if s.json {
 		return json.NewEncoder(s.w).Encode(qs) // one line per snapshot, for jq and scripts
 	}
@@ -67,7 +68,7 @@ func (s *screen) problem(err error) {
 }
 
 // table prints one queue: the owner first, then the waiters in order.
-func table(b *strings.Builder, q fencing.Queue) {
+func table(b *strings.Builder, q inspect.Queue) {
 	fmt.Fprintf(b, "\n%s %q at revision %d: ", q.Kind, q.Name, q.Revision)
 	if len(q.Entries) == 0 {
 		b.WriteString("free\n")
@@ -91,13 +92,13 @@ func table(b *strings.Builder, q fencing.Queue) {
 
 // ttl shows the lease's time left, and flags a holder that missed renewals:
 // a live session renews every third of its TTL.
-func ttl(e fencing.QueueEntry) string {
+func ttl(e inspect.Entry) string {
 	switch {
 	case e.Expired:
 		return "EXPIRED"
 	case e.GrantedTTL == 0:
 		return "-"
-	case e.TTL+time.Second < e.GrantedTTL*2/3: // see fencing.QueueEntry.TTL
+	case e.TTL+time.Second < e.GrantedTTL*2/3: // see inspect.Entry.TTL
 		return fmt.Sprintf("%v/%v LATE", e.TTL, e.GrantedTTL)
 	}
 	return fmt.Sprintf("%v/%v", e.TTL, e.GrantedTTL)

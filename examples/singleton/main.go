@@ -29,7 +29,7 @@
 // replica; singleton refuses a --grace too long for --ttl. A new term starts
 // its command only once no process of the previous group is left: on this
 // machine, the keeper waits for the group to empty; across machines, the
-// leader records its term under leasehold-singleton/NAME and the next leader
+// leader records its term under leasehold/NAME#singleton and the next leader
 // waits until that record is removed (its command is dead) or its lease is
 // gone for a full TTL (a lease revoked by an operator expires nothing on the
 // old machine, so its deadline may still run that long).

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -25,8 +27,13 @@ import (
 // been gone for a full TTL, by when the old keeper has killed its group
 // whatever happened to the old runner.
 
-// recordPrefix is where singleton keeps its running records, one per name.
-const recordPrefix = "leasehold-singleton/"
+// recordKey is where singleton keeps the running record of name: among the
+// name's own keys ("leasehold/NAME#singleton"), so that the grant that lets
+// a runner campaign for NAME covers its record too.
+func recordKey(name string) string {
+	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, "", name) // the name was validated by parse
+	return p + "singleton"
+}
 
 // record is the value of the running record.
 type record struct {
@@ -39,8 +46,6 @@ type record struct {
 // recordCheck is how often a waiting leader asks whether a dead runner's
 // lease is gone; the record's removal itself is watched.
 const recordCheck = time.Second
-
-func recordKey(name string) string { return recordPrefix + name }
 
 func (r *runner) recordFor(t *election.Term) (string, error) {
 	b, err := json.Marshal(record{

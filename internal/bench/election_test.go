@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -49,7 +49,9 @@ type ourCandidate struct {
 	name string
 }
 
-func (c *ourCandidate) prefix() string { return revqueue.Prefix("election", c.name) }
+func (c *ourCandidate) prefix() string {
+	return keyspace.Prefix(fencing.DefaultRoot, "election", c.name)
+}
 
 func (c *ourCandidate) campaign(ctx context.Context, v string) (err error) {
 	c.t, err = c.e.Campaign(ctx, v)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -140,7 +140,7 @@ func BenchmarkLockNameHistory(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, prefix := range []string{revqueue.Prefix("lock", name), "concurrency/" + name + "/"} {
+			for _, prefix := range []string{keyspace.Prefix(fencing.DefaultRoot, "lock", name), "concurrency/" + name + "/"} {
 				for done := 0; done < hist; {
 					var ops []clientv3.Op
 					for ; len(ops) < 128 && done < hist; done++ {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -111,7 +111,7 @@ func (o *ours) tryLock(ctx context.Context) (func(context.Context) error, error)
 	return h.Unlock, nil
 }
 
-func (o *ours) prefix() string { return revqueue.Prefix("lock", o.name) }
+func (o *ours) prefix() string { return keyspace.Prefix(fencing.DefaultRoot, "lock", o.name) }
 func (o *ours) close()         { o.s.Close(context.Background()) }
 
 type theirs struct {

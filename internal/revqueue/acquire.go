@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ctxutil"
@@ -27,15 +26,6 @@ type Session = sessionlink.Link
 // delete takes a millisecond or two, so the key is usually gone on return.
 const CleanupBudget = 25 * time.Millisecond
 
-// Prefix is the key range of one name of one kind ("lock", "election"):
-// "leasehold/lock/12:jobs/billing/". The name's length comes first, so no key
-// of another name starts with it, whatever the names ("a" owns
-// "leasehold/lock/1:a/", "a/b" owns "leasehold/lock/3:a/b/"), and keys stay
-// printable for operators, logs and environment variables.
-func Prefix(kind, name string) string {
-	return "leasehold/" + kind + "/" + strconv.Itoa(len(name)) + ":" + name + "/"
-}
-
 // slot is the key of one acquire: "<prefix><lease in hex>-<slot>". No other
 // session ever writes it (the lease is the session's), and no other live
 // call of this session: a slot is reused only after the call that had it
@@ -51,33 +41,6 @@ func (q Queue) newSlot(s *Session) slot {
 		key:  q.Prefix + s.KeyStem + strconv.FormatUint(n, 10),
 		free: func() { s.Keys.Put(q.Prefix, n) },
 	}
-}
-
-// ParseKey splits a key written by Acquire into its kind, name and the
-// creation time its writer recorded (zero when the key has none: keys
-// written since keys are reused record none). It reports
-// false for a key of any other shape.
-func ParseKey(key string) (kind, name string, created time.Time, ok bool) {
-	rest, ok := strings.CutPrefix(key, "leasehold/")
-	if !ok {
-		return "", "", time.Time{}, false
-	}
-	kind, rest, ok = strings.Cut(rest, "/")
-	if !ok {
-		return "", "", time.Time{}, false
-	}
-	n, rest, ok := strings.Cut(rest, ":")
-	size, err := strconv.Atoi(n)
-	if !ok || err != nil || size < 0 || size >= len(rest) || rest[size] != '/' || strconv.Itoa(size) != n {
-		return "", "", time.Time{}, false
-	}
-	name, rest = rest[:size], rest[size+1:]
-	if parts := strings.Split(rest, "-"); len(parts) == 3 {
-		if ms, err := strconv.ParseInt(parts[1], 10, 64); err == nil && ms > 0 {
-			created = time.UnixMilli(ms).UTC()
-		}
-	}
-	return kind, name, created, true
 }
 
 // Acquire queues one new key holding value on s's lease and waits until it

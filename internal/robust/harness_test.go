@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -219,7 +221,7 @@ func (h *harness) revoke() {
 func (h *harness) deleteOwner() {
 	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
 	defer cancel()
-	prefix := "leasehold/lock/"
+	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", lockName)
 	if h.impl == "concurrency" {
 		prefix = "concurrency/"
 	}

@@ -18,6 +18,8 @@ import (
 type Link struct {
 	Client *clientv3.Client
 	Lease  clientv3.LeaseID
+	// Root is the key prefix of the session's queues (fencing.WithRoot).
+	Root string
 	// KeyStem starts the name of every key the session writes in a queue,
 	// after the queue's prefix: the lease in hex and a dash.
 	KeyStem string

@@ -1,7 +1,8 @@
-package fencing
+package inspect
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/fencing"
 	"math"
 	"strings"
 	"time"
@@ -42,14 +43,16 @@ type Budget struct {
 }
 
 // SafetyBudget computes the Budget of sessions with lease TTL ttl renewed
-// every renewal, with safety margin margin. It returns ErrInvalidArgument
+// every renewal, with safety margin margin. A fencing.Session renews every
+// third of its TTL; its margin is fencing.WithSafetyMargin's, by default
+// max(TTL/10, 500 ms). It returns fencing.ErrInvalidArgument
 // unless all three are positive and renewal + margin < ttl (otherwise the
 // session stops vouching between two renewals).
 func SafetyBudget(ttl, renewal, margin time.Duration) (Budget, error) {
 	// Compared without sums, which could overflow.
 	if ttl <= 0 || renewal <= 0 || margin <= 0 || margin >= ttl || renewal >= ttl-margin || ttl > math.MaxInt64-ExpiryScan {
-		return Budget{}, fmt.Errorf("fencing: SafetyBudget(%v, %v, %v): %w: need positive values with renewal + margin < TTL",
-			ttl, renewal, margin, ErrInvalidArgument)
+		return Budget{}, fmt.Errorf("inspect: SafetyBudget(%v, %v, %v): %w: need positive values with renewal + margin < TTL",
+			ttl, renewal, margin, fencing.ErrInvalidArgument)
 	}
 	return Budget{
 		TTL: ttl, Renewal: renewal, Margin: margin,
@@ -58,18 +61,6 @@ func SafetyBudget(ttl, renewal, margin time.Duration) (Budget, error) {
 		RetryWindow:     ttl - margin - renewal,
 		Pause:           margin,
 	}, nil
-}
-
-// DefaultBudget is the Budget of a session created without options.
-func DefaultBudget() Budget {
-	b, _ := SafetyBudget(DefaultTTL, DefaultTTL/3, max(DefaultTTL/10, minMargin))
-	return b
-}
-
-// Budget returns the session's Budget, from the TTL the server granted.
-func (s *Session) Budget() Budget {
-	b, _ := SafetyBudget(s.ttl, s.period, s.margin)
-	return b
 }
 
 // String explains the budget in a few lines, for operators.

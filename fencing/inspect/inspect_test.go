@@ -1,4 +1,4 @@
-package fencing_test
+package inspect_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/revqueue"
 )
 
 // queueOfThree queues an owner and two waiters on the lock name, each on its
@@ -37,13 +37,12 @@ func queueOfThree(t *testing.T, c *etcdtest.Cluster, name string) []*fencing.Ses
 	return ss
 }
 
-// Inspect shows the owner first, then the waiters in order, each with its
-// identity, lease and TTL left. Keys are reused, so they no longer record
-// when they were written: no age.
-func TestInspectShowsQueueInOrder(t *testing.T) {
+// Read shows the owner first, then the waiters in order, each with its
+// identity, lease and TTL left.
+func TestReadShowsQueueInOrder(t *testing.T) {
 	c := etcdtest.Single(t)
 	ss := queueOfThree(t, c, "inspected")
-	q, err := fencing.Inspect(etcdtest.Context(t, wait), c.Admin, fencing.KindLock, "inspected")
+	q, err := inspect.Read(etcdtest.Context(t, wait), c.Admin, root, fencing.KindLock, "inspected")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +56,8 @@ func TestInspectShowsQueueInOrder(t *testing.T) {
 		if e.Expired || e.TTL <= 0 || e.TTL > e.GrantedTTL || e.GrantedTTL != ss[i].TTL() {
 			t.Errorf("entry %d: TTL %v of %v, expired %v", i, e.TTL, e.GrantedTTL, e.Expired)
 		}
-		if !e.Created.IsZero() || e.Age != 0 || e.Token.Name != "inspected" {
-			t.Errorf("entry %d: created %v, age %v, token %v", i, e.Created, e.Age, e.Token)
+		if e.Token.Name != "inspected" {
+			t.Errorf("entry %d: token %v", i, e.Token)
 		}
 		if i > 0 && e.Token.Compare(q.Entries[i-1].Token) <= 0 {
 			t.Errorf("entry %d: token %v not after %v", i, e.Token, q.Entries[i-1].Token)
@@ -71,17 +70,16 @@ func TestInspectShowsQueueInOrder(t *testing.T) {
 
 // A waiter whose lease is gone by the time its TTL is read is shown expired:
 // its key is on its way out, and it owns nothing.
-func TestInspectMarksExpiredWaiter(t *testing.T) {
+func TestReadMarksExpiredWaiter(t *testing.T) {
 	c := etcdtest.Single(t)
 	ss := queueOfThree(t, c, "expiring")
 	ctx := etcdtest.Context(t, wait)
-	keep := func(string) bool { return true }
-	qs, _, err := fencing.ReadQueues(ctx, c.Admin, revqueue.Prefix("lock", "expiring"), keep)
+	qs, _, err := inspect.ReadQueues(ctx, c.Admin, root, lockPrefix(t, "expiring"), fencing.KindLock)
 	if err != nil || len(qs) != 1 || len(qs[0].Entries) != 3 {
 		t.Fatalf("ReadQueues = %+v, %v", qs, err)
 	}
 	c.Revoke(t, ss[2].Lease())
-	if err := fencing.ReadLeases(ctx, c.Admin, qs); err != nil {
+	if err := inspect.ReadLeases(ctx, c.Admin, qs); err != nil {
 		t.Fatal(err)
 	}
 	for i, e := range qs[0].Entries {
@@ -94,9 +92,9 @@ func TestInspectMarksExpiredWaiter(t *testing.T) {
 	}
 }
 
-// InspectPrefix groups keys by name and keeps only the names asked for; its
+// ReadPrefix groups keys by name and keeps only the names asked for; its
 // JSON decodes back to what it returned.
-func TestInspectPrefixGroupsAndRoundTrips(t *testing.T) {
+func TestReadPrefixGroupsAndRoundTrips(t *testing.T) {
 	c := etcdtest.Single(t)
 	s := newSession(t, c.Client(t))
 	for _, n := range []string{"jobs/b", "jobs/a", "jobs/a", "other"} {
@@ -106,18 +104,18 @@ func TestInspectPrefixGroupsAndRoundTrips(t *testing.T) {
 	etcdtest.WaitFor(t, wait, "three keys under jobs/", func() bool {
 		return len(lockKeys(t, c, "jobs/a"))+len(lockKeys(t, c, "jobs/b")) == 3
 	})
-	qs, err := fencing.InspectPrefix(etcdtest.Context(t, wait), c.Admin, "", "jobs/")
+	qs, err := inspect.ReadPrefix(etcdtest.Context(t, wait), c.Admin, root, "", "jobs/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(qs) != 2 || qs[0].Name != "jobs/a" || len(qs[0].Entries) != 2 || qs[1].Name != "jobs/b" {
-		t.Fatalf("InspectPrefix(jobs/) = %+v", qs)
+		t.Fatalf("ReadPrefix(jobs/) = %+v", qs)
 	}
 	b, err := json.Marshal(qs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back []fencing.Queue
+	var back []inspect.Queue
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +124,7 @@ func TestInspectPrefixGroupsAndRoundTrips(t *testing.T) {
 	}
 }
 
-func TestInspectRejectsBadInput(t *testing.T) {
+func TestReadRejectsBadInput(t *testing.T) {
 	c := etcdtest.Single(t)
 	ctx := etcdtest.Context(t, wait)
 	for _, tc := range []struct {
@@ -134,40 +132,55 @@ func TestInspectRejectsBadInput(t *testing.T) {
 		name string
 		want error
 	}{{"", "n", fencing.ErrInvalidArgument}, {"mutex", "n", fencing.ErrInvalidArgument}, {fencing.KindLock, "", fencing.ErrInvalidName}} {
-		if _, err := fencing.Inspect(ctx, c.Admin, tc.kind, tc.name); !errors.Is(err, tc.want) {
-			t.Errorf("Inspect(%q, %q): %v; want %v", tc.kind, tc.name, err, tc.want)
+		if _, err := inspect.Read(ctx, c.Admin, root, tc.kind, tc.name); !errors.Is(err, tc.want) {
+			t.Errorf("Read(%q, %q): %v; want %v", tc.kind, tc.name, err, tc.want)
 		}
 	}
-	if _, err := fencing.Inspect(ctx, nil, fencing.KindLock, "n"); !errors.Is(err, fencing.ErrInvalidArgument) {
-		t.Errorf("Inspect with a nil client: %v", err)
+	if _, err := inspect.Read(ctx, nil, root, fencing.KindLock, "n"); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("Read with a nil client: %v", err)
 	}
-	if _, err := fencing.InspectPrefix(ctx, c.Admin, "mutex", ""); !errors.Is(err, fencing.ErrInvalidArgument) {
-		t.Errorf("InspectPrefix of a bad kind: %v", err)
+	var nilCtx context.Context
+	if _, err := inspect.Read(nilCtx, c.Admin, root, fencing.KindLock, "n"); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("Read with a nil context: %v", err)
 	}
-	if q, err := fencing.Inspect(ctx, c.Admin, fencing.KindLock, "free"); err != nil || len(q.Entries) != 0 || q.Revision == 0 {
-		t.Errorf("Inspect of a free lock = %+v, %v", q, err)
+	if _, err := inspect.ReadPrefix(ctx, nil, root, "", ""); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("ReadPrefix with a nil client: %v", err)
+	}
+	for _, bad := range []string{"", "bad\x00root"} {
+		if _, err := inspect.Read(ctx, c.Admin, bad, fencing.KindLock, "n"); !errors.Is(err, fencing.ErrInvalidArgument) {
+			t.Errorf("Read under root %q: %v", bad, err)
+		}
+	}
+	if _, err := inspect.ReadPrefix(ctx, c.Admin, root, "", "a#"); !errors.Is(err, fencing.ErrInvalidName) {
+		t.Errorf("ReadPrefix of a prefix no name starts: %v", err)
+	}
+	if _, err := inspect.ReadPrefix(ctx, c.Admin, root, "mutex", ""); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("ReadPrefix of a bad kind: %v", err)
+	}
+	if q, err := inspect.Read(ctx, c.Admin, root, fencing.KindLock, "free"); err != nil || len(q.Entries) != 0 || q.Revision == 0 {
+		t.Errorf("Read of a free lock = %+v, %v", q, err)
 	}
 }
 
-// Without etcd, Inspect fails with the reason, and never panics.
-func TestInspectFailsWithoutEtcd(t *testing.T) {
+// Without etcd, Read fails with the reason, and never panics.
+func TestReadFailsWithoutEtcd(t *testing.T) {
 	c := etcdtest.Single(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := fencing.Inspect(ctx, c.Admin, fencing.KindLock, "n"); !errors.Is(err, context.Canceled) {
-		t.Errorf("Inspect with a canceled context: %v; want context.Canceled", err)
+	if _, err := inspect.Read(ctx, c.Admin, root, fencing.KindLock, "n"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Read with a canceled context: %v; want context.Canceled", err)
 	}
 	cli := etcdtest.NewClient(t, c.Endpoints())
 	cli.Close()
-	if _, err := fencing.InspectPrefix(etcdtest.Context(t, wait), cli, "", ""); err == nil {
-		t.Error("InspectPrefix on a closed client succeeded")
+	if _, err := inspect.ReadPrefix(etcdtest.Context(t, wait), cli, root, "", ""); err == nil {
+		t.Error("ReadPrefix on a closed client succeeded")
 	}
 }
 
 // JSON has one naming style, and the lease in hex as the table and etcdctl
 // show it.
-func TestQueueEntryJSON(t *testing.T) {
-	e := fencing.QueueEntry{Token: fencing.Token{Name: "jobs/a", Revision: 7}, Key: "k", Lease: 0x694d9a1b2c3d4e5f}
+func TestEntryJSON(t *testing.T) {
+	e := inspect.Entry{Token: fencing.Token{Name: "jobs/a", Revision: 7}, Key: "k", Lease: 0x694d9a1b2c3d4e5f}
 	b, err := json.Marshal(e)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +190,7 @@ func TestQueueEntryJSON(t *testing.T) {
 			t.Errorf("JSON %s lacks %s", b, want)
 		}
 	}
-	var back fencing.QueueEntry
+	var back inspect.Entry
 	if err := json.Unmarshal(b, &back); err != nil || back != e {
 		t.Fatalf("round trip: %+v, %v; want %+v", back, err, e)
 	}

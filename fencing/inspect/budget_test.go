@@ -1,4 +1,4 @@
-package fencing_test
+package inspect_test
 
 import (
 	"errors"
@@ -7,34 +7,33 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/inspect"
 )
 
 func TestSafetyBudget(t *testing.T) {
-	b, err := fencing.SafetyBudget(10*time.Second, 3*time.Second, time.Second)
+	b, err := inspect.SafetyBudget(10*time.Second, 3*time.Second, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fencing.Budget{TTL: 10 * time.Second, Renewal: 3 * time.Second, Margin: time.Second,
+	want := inspect.Budget{TTL: 10 * time.Second, Renewal: 3 * time.Second, Margin: time.Second,
 		Takeover: 10500 * time.Millisecond, PartitionedWork: 9 * time.Second, RetryWindow: 6 * time.Second, Pause: time.Second}
 	if b != want {
 		t.Fatalf("SafetyBudget = %+v; want %+v", b, want)
 	}
 	for _, bad := range [][3]time.Duration{{0, 1, 1}, {10, 0, 1}, {10, 1, 0}, {10, 5, 5}, {-10, 1, 1}} {
-		if _, err := fencing.SafetyBudget(bad[0]*time.Second, bad[1]*time.Second, bad[2]*time.Second); !errors.Is(err, fencing.ErrInvalidArgument) {
+		if _, err := inspect.SafetyBudget(bad[0]*time.Second, bad[1]*time.Second, bad[2]*time.Second); !errors.Is(err, fencing.ErrInvalidArgument) {
 			t.Errorf("SafetyBudget(%v): %v; want ErrInvalidArgument", bad, err)
 		}
 	}
 }
 
-func TestDefaultBudgetIsNewSessions(t *testing.T) {
-	c := etcdtest.Single(t)
-	s := newSession(t, c.Client(t))
-	if got, want := s.Budget(), fencing.DefaultBudget(); got != want {
-		t.Fatalf("default session's budget %+v; want DefaultBudget %+v", got, want)
+func TestBudgetText(t *testing.T) {
+	b, err := inspect.SafetyBudget(fencing.DefaultTTL, fencing.DefaultTTL/3, fencing.DefaultTTL/10)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(s.Budget().String(), "≤ 10.5s") {
-		t.Fatalf("budget text lacks the takeover bound:\n%s", s.Budget())
+	if !strings.Contains(b.String(), "≤ 10.5s") {
+		t.Fatalf("budget text lacks the takeover bound:\n%s", b)
 	}
 }
 
@@ -43,7 +42,7 @@ func FuzzSafetyBudget(f *testing.F) {
 	f.Add(int64(1<<62), int64(1<<61), int64(1<<61))
 	f.Add(int64(0), int64(-1), int64(1<<62))
 	f.Fuzz(func(t *testing.T, ttl, renewal, margin int64) {
-		b, err := fencing.SafetyBudget(time.Duration(ttl), time.Duration(renewal), time.Duration(margin))
+		b, err := inspect.SafetyBudget(time.Duration(ttl), time.Duration(renewal), time.Duration(margin))
 		if err != nil {
 			if !errors.Is(err, fencing.ErrInvalidArgument) {
 				t.Fatalf("error %v does not wrap ErrInvalidArgument", err)

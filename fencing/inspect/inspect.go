@@ -1,0 +1,277 @@
+// Package inspect is the operator's view of leasehold: the key ranges of
+// names (for etcd grants, etcdctl and watches), the queues as etcd holds
+// them, and the timing budget of a session configuration. It only reads; an
+// application that locks needs none of it.
+package inspect
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/keyspace"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+)
+
+// KeyPrefix returns the prefix of every etcd key of the lock (fencing.KindLock)
+// or election (fencing.KindElection) called name under root, and of no
+// other key. Use it to watch or list one queue. Kind "" gives the range of
+// every key of the name: both queues, and any key an application keeps
+// about the name (examples/singleton keeps its running record at this
+// prefix + "singleton"); grant it to give a service one name: etcdctl role
+// grant-permission --prefix ROLE readwrite PREFIX. A bad root or kind returns fencing.ErrInvalidArgument, a
+// bad name fencing.ErrInvalidName.
+func KeyPrefix(root string, kind fencing.Kind, name string) (string, error) {
+	if err := check(root, kind, true); err != nil {
+		return "", fmt.Errorf("inspect: KeyPrefix: %w", err)
+	}
+	if err := keyspace.ValidateName(name); err != nil {
+		return "", fmt.Errorf("inspect: KeyPrefix: %w", err)
+	}
+	return keyspace.Prefix(root, string(kind), name), nil
+}
+
+// SubtreePrefix returns a prefix of the etcd keys of exactly the locks and
+// elections under root whose names start with namePrefix: names are written
+// into keys as they are, so it is root+namePrefix. Grant it to give a
+// service every name under "teamA/" (and not "teamA" itself, nor "teamB/x"),
+// or list them all with etcdctl get --prefix. A namePrefix that no name
+// starts (one with '#', say) returns fencing.ErrInvalidName.
+func SubtreePrefix(root, namePrefix string) (string, error) {
+	if err := check(root, "", true); err != nil {
+		return "", fmt.Errorf("inspect: SubtreePrefix: %w", err)
+	}
+	if err := keyspace.ValidatePrefix(namePrefix); err != nil {
+		return "", fmt.Errorf("inspect: SubtreePrefix: %w", err)
+	}
+	return root + namePrefix, nil
+}
+
+// Queue is the state of one lock or election as Read found it: its keys in
+// order, the owner first.
+type Queue struct {
+	Kind     fencing.Kind `json:"kind"`
+	Name     string       `json:"name"`
+	Revision int64        `json:"revision"` // etcd revision of the read
+	Entries  []Entry      `json:"entries"`  // owner first; empty when free
+}
+
+// Entry is one key of a queue: the owner, or a waiter.
+type Entry struct {
+	Token fencing.Token `json:"token"` // the fencing token it has or will have
+	Key   string        `json:"key"`
+	// Value is what the key holds: the holder's identity
+	// (fencing.WithIdentity) for a lock, the candidate's value for an
+	// election.
+	Value string `json:"value"`
+	// Lease is the key's lease; JSON gives it in hex, as etcdctl and the
+	// library's logs do.
+	Lease clientv3.LeaseID `json:"-"`
+	// TTL is the lease's time left, read after the keys (TimeToLive, which
+	// truncates to whole seconds), and GrantedTTL its full TTL. A live
+	// session renews every third of its TTL, so TTL stays at or above two
+	// thirds of GrantedTTL less a second; lower means missed renewals.
+	TTL        time.Duration `json:"ttl_ns"`
+	GrantedTTL time.Duration `json:"granted_ttl_ns"`
+	// Expired says the lease was gone when its TTL was read: the key is
+	// being deleted, and its holder no longer owns anything.
+	Expired bool `json:"expired"`
+}
+
+// entryJSON is Entry with its lease in hex.
+type entryJSON struct {
+	*entryAlias
+	Lease string `json:"lease"`
+}
+
+type entryAlias Entry
+
+// MarshalJSON writes the entry with its lease in hex.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	return json.Marshal(entryJSON{(*entryAlias)(&e), strconv.FormatInt(int64(e.Lease), 16)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (e *Entry) UnmarshalJSON(b []byte) error {
+	v := entryJSON{entryAlias: (*entryAlias)(e)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(v.Lease, 16, 64)
+	if err != nil {
+		return fmt.Errorf("inspect: lease %q: %w", v.Lease, err)
+	}
+	e.Lease = clientv3.LeaseID(id)
+	return nil
+}
+
+// Owner returns the queue's first entry, which owns the lock or leads the
+// election, and false when the queue is empty.
+func (q Queue) Owner() (Entry, bool) {
+	if len(q.Entries) == 0 {
+		return Entry{}, false
+	}
+	return q.Entries[0], true
+}
+
+// Read returns the queue of the lock (fencing.KindLock) or election
+// (fencing.KindElection) called name under root, in one linearizable read of
+// its keys followed by one TimeToLive per lease. It writes nothing. A bad
+// argument returns fencing.ErrInvalidArgument, a bad name
+// fencing.ErrInvalidName.
+func Read(ctx context.Context, cli *clientv3.Client, root string, kind fencing.Kind, name string) (Queue, error) {
+	err := usable(ctx, cli, root, kind, false)
+	if err == nil {
+		err = keyspace.ValidateName(name)
+	}
+	if err != nil {
+		return Queue{}, fmt.Errorf("inspect: Read: %w", err)
+	}
+	qs, rev, err := inspect(ctx, cli, root, keyspace.Prefix(root, string(kind), name), kind)
+	if err != nil {
+		return Queue{}, err
+	}
+	if len(qs) == 0 {
+		return Queue{Kind: kind, Name: name, Revision: rev, Entries: []Entry{}}, nil
+	}
+	return qs[0], nil
+}
+
+// ReadPrefix returns, sorted by kind then name, the queue of every lock and
+// election under root whose name starts with namePrefix ("" for all), or
+// only those of one kind when kind is not "". Free locks have no keys and
+// are not listed.
+func ReadPrefix(ctx context.Context, cli *clientv3.Client, root string, kind fencing.Kind, namePrefix string) ([]Queue, error) {
+	err := usable(ctx, cli, root, kind, true)
+	if err == nil {
+		err = keyspace.ValidatePrefix(namePrefix)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect: ReadPrefix: %w", err)
+	}
+	qs, _, err := inspect(ctx, cli, root, root+namePrefix, kind)
+	return qs, err
+}
+
+// check validates a root and a kind ("" allowed when anyKind).
+func check(root string, kind fencing.Kind, anyKind bool) error {
+	if err := keyspace.ValidateRoot(root); err != nil {
+		return fmt.Errorf("%w: %w", fencing.ErrInvalidArgument, err)
+	}
+	if kind != fencing.KindLock && kind != fencing.KindElection && (kind != "" || !anyKind) {
+		return fmt.Errorf("%w: kind %q", fencing.ErrInvalidArgument, kind)
+	}
+	return nil
+}
+
+// usable is check, and a ctx and a client to read with.
+func usable(ctx context.Context, cli *clientv3.Client, root string, kind fencing.Kind, anyKind bool) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
+	case cli == nil:
+		return fmt.Errorf("%w: nil client", fencing.ErrInvalidArgument)
+	}
+	return check(root, kind, anyKind)
+}
+
+// inspect reads every key under prefix of a queue of kind ("" for any),
+// grouped by queue, then the leases' TTLs. It returns the revision of the
+// read too.
+func inspect(ctx context.Context, cli *clientv3.Client, root, prefix string, kind fencing.Kind) ([]Queue, int64, error) {
+	qs, rev, err := readQueues(ctx, cli, root, prefix, kind)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := readLeases(ctx, cli, qs); err != nil {
+		return nil, 0, err
+	}
+	return qs, rev, nil
+}
+
+// readQueues groups the keys under prefix by queue, each group in create
+// revision order, and returns the revision of the read.
+func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, only fencing.Kind) ([]Queue, int64, error) {
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, 0, fmt.Errorf("inspect: read %q: %w", prefix, err)
+	}
+	byName := map[string]*Queue{}
+	var qs []*Queue
+	for _, kv := range resp.Kvs {
+		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
+		if !ok || (kind != string(fencing.KindLock) && kind != string(fencing.KindElection)) || (only != "" && kind != string(only)) {
+			continue // not a queue key: someone else's, under the root
+		}
+		q := byName[kind+keyspace.Sep+name]
+		if q == nil {
+			q = &Queue{Kind: fencing.Kind(kind), Name: name, Revision: resp.Header.Revision}
+			byName[kind+keyspace.Sep+name] = q
+			qs = append(qs, q)
+		}
+		q.Entries = append(q.Entries, Entry{Token: fencing.Token{Name: name, Revision: kv.CreateRevision},
+			Key: string(kv.Key), Value: string(kv.Value), Lease: clientv3.LeaseID(kv.Lease)})
+	}
+	slices.SortFunc(qs, func(a, b *Queue) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
+	out := make([]Queue, len(qs))
+	for i, q := range qs {
+		out[i] = *q
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// leaseQueries bounds the TimeToLive requests in flight during an inspect.
+const leaseQueries = 16
+
+// readLeases fills in each entry's lease TTL, asking once per lease.
+func readLeases(ctx context.Context, cli *clientv3.Client, qs []Queue) error {
+	type ttl struct {
+		left, granted time.Duration
+		gone          bool
+	}
+	leases := map[clientv3.LeaseID]*ttl{}
+	for _, q := range qs {
+		for _, e := range q.Entries {
+			if e.Lease != clientv3.NoLease {
+				leases[e.Lease] = &ttl{}
+			}
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(leaseQueries)
+	for id, t := range leases {
+		g.Go(func() error {
+			resp, err := cli.TimeToLive(gctx, id)
+			switch {
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				t.gone = true
+			case err != nil:
+				return fmt.Errorf("inspect: lease %x: %w", int64(id), err)
+			default:
+				t.left, t.granted = time.Duration(resp.TTL)*time.Second, time.Duration(resp.GrantedTTL)*time.Second
+				t.gone = resp.TTL < 0
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, q := range qs {
+		for i := range q.Entries {
+			e := &q.Entries[i]
+			if t := leases[e.Lease]; t != nil {
+				e.TTL, e.GrantedTTL, e.Expired = t.left, t.granted, t.gone
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package inspect_test
+
+import (
+	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+const (
+	wait = fencingtest.Wait
+	root = fencing.DefaultRoot
+)
+
+var (
+	newSession = fencingtest.Session
+	newMutex   = fencingtest.Mutex
+)
+
+func lock(t testing.TB, m *fencing.Mutex) *fencing.Hold {
+	t.Helper()
+	h, err := m.Lock(etcdtest.Context(t, wait))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	return h
+}
+
+// lockPrefix is the key range of the lock name.
+func lockPrefix(t testing.TB, name string) string {
+	t.Helper()
+	p, err := inspect.KeyPrefix(root, fencing.KindLock, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// lockKeys lists the keys queued under a lock name.
+func lockKeys(t testing.TB, c *etcdtest.Cluster, name string) []string {
+	t.Helper()
+	return c.Keys(t, lockPrefix(t, name))
+}
+
+// exampleClient is a client of the embedded etcd the examples share.
+func exampleClient() *clientv3.Client { return etcdtest.Shared().Admin }
