@@ -38,13 +38,18 @@
 //
 // # Operating it
 //
-// fencing.Inspect and election.Inspect show a queue as etcd holds it (the
-// owner, then the waiters, with identity and lease TTL left), and the
-// command examples/inspect prints them. fencing.WithObserver reports every
+// A name is written into its keys as it is, after a root ("leasehold/" unless
+// fencing.WithRoot says otherwise): the lock "jobs/billing" queues under
+// "leasehold/jobs/billing#lock/", so one etcd grant of "leasehold/jobs/"
+// covers every name under "jobs/". Package fencing/inspect is the operator's
+// view: inspect.SubtreePrefix and inspect.KeyPrefix compute the key ranges to
+// grant, inspect.Read shows a queue as etcd holds it (the owner, then the
+// waiters, with identity and lease TTL left), and the command
+// examples/inspect prints them. fencing.WithObserver reports every
 // acquisition, release, loss, renewal and refused write, for metrics;
 // fencing.WithLogger logs them with log/slog. guard.Health is a liveness
 // probe that fails while a process acts on an ownership past its ValidUntil.
-// fencing.SafetyBudget computes the worst cases of a TTL and margin: for the
+// inspect.SafetyBudget computes the worst cases of a TTL and margin: for the
 // defaults, a crashed holder's lock is taken over within 10.5 s, and a
 // partitioned holder's context ends within 9 s, at least 1 s before anyone
 // else can own.

@@ -16,10 +16,10 @@ import (
 var (
 	// ErrNotLeader is returned by Proclaim and Resign when the term was
 	// already lost or resigned. Nothing was written.
-	ErrNotLeader = errors.New("election: not leader")
+	ErrNotLeader = errors.New("not leader")
 
 	// ErrNoLeader is returned by Leader when nobody leads.
-	ErrNoLeader = errors.New("election: no leader")
+	ErrNoLeader = errors.New("no leader")
 )
 
 // Election is one election on a session. It holds no state between calls:
@@ -74,7 +74,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	l := sessionlink.Of(e.s.Context())
 	entry, err := e.q.Acquire(ctx, l, value)
 	if err != nil {
-		return nil, fencing.AcquireError(e.s, fmt.Sprintf("campaign %q", e.name), err)
+		return nil, fmt.Errorf("election: campaign %q: %w", e.name, l.AcquireError(err))
 	}
 	return e.term(l, entry, value, start), nil
 }
@@ -91,7 +91,7 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error)
 	l := sessionlink.Of(e.s.Context())
 	entry, leader, err := e.q.TryAcquire(ctx, l, value)
 	if err != nil {
-		return nil, fencing.AcquireError(e.s, fmt.Sprintf("trycampaign %q", e.name), err)
+		return nil, fmt.Errorf("election: trycampaign %q: %w", e.name, l.AcquireError(err))
 	}
 	if leader != nil {
 		return nil, fmt.Errorf("election: trycampaign %q: %w: led by %q (token %v)", e.name, fencing.ErrLocked, leader.Value,
@@ -104,7 +104,7 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error)
 func (e *Election) term(l *sessionlink.Link, entry *revqueue.Entry, value string, start time.Time) *Term {
 	t := fencing.Token{Name: e.name, Revision: entry.Rev}
 	term := &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key,
-		life: e.s.Track(fencing.KindElection, t, entry.Key, time.Since(start))}
+		life: l.Track(string(fencing.KindElection), e.name, entry.Rev, entry.Key, time.Since(start))}
 	term.value.Store(&value)
 	return term
 }
@@ -120,7 +120,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, err
 	}
 	if l == nil {
-		return Leader{}, fmt.Errorf("election %q: %w", e.name, ErrNoLeader)
+		return Leader{}, fmt.Errorf("election: leader %q: %w", e.name, ErrNoLeader)
 	}
 	return *l, nil
 }
@@ -142,7 +142,7 @@ func (e *Election) usable(ctx context.Context) error {
 func (e *Election) leader(ctx context.Context) (*Leader, int64, error) {
 	resp, err := e.s.Client().Get(ctx, e.q.Prefix, clientv3.WithFirstCreate()...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("election %q: read leader: %w", e.name, err)
+		return nil, 0, fmt.Errorf("election: leader %q: %w", e.name, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, resp.Header.Revision, nil
@@ -154,4 +154,4 @@ func (e *Election) leader(ctx context.Context) (*Leader, int64, error) {
 
 // errWatchBroken marks a watch that Observe resumes without telling the
 // caller: compacted, cancelled by the server, or closed with its connection.
-var errWatchBroken = errors.New("election: watch broken")
+var errWatchBroken = errors.New("watch broken")

@@ -79,8 +79,8 @@ func TestProclaimResignAfterKeyDeleted(t *testing.T) {
 		t.Fatalf("Resign: %v; want ErrNotLeader", err)
 	}
 	<-ctx.Done()
-	if cause := context.Cause(ctx); !errors.Is(cause, guard.ErrOwnerKeyGone) {
-		t.Fatalf("cause = %v; want ErrOwnerKeyGone", cause)
+	if cause := context.Cause(ctx); !errors.Is(cause, fencing.ErrKeyDeleted) {
+		t.Fatalf("cause = %v; want ErrKeyDeleted", cause)
 	}
 }
 

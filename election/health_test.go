@@ -30,7 +30,7 @@ func TestRunHealthFlipsWhenLeaderIsBlackholed(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- election.Run(ctx, cli, "health", "stuck", work, election.WithTTL(2*time.Second), election.WithHealth(&h))
+		done <- election.Run(ctx, cli, "health", "stuck", work, election.WithSessionOptions(fencing.WithTTL(2*time.Second)), election.WithHealth(&h))
 	}()
 	select {
 	case <-leading:

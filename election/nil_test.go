@@ -8,6 +8,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // election's functions and methods given a nil or zero value return
@@ -48,14 +49,16 @@ func TestNilAndZeroInputs(t *testing.T) {
 	}
 	for name, call := range invalid {
 		t.Run(name, func(t *testing.T) {
-			if err := call(); !errors.Is(err, fencing.ErrInvalidArgument) {
+			err := call()
+			if !errors.Is(err, fencing.ErrInvalidArgument) {
 				t.Errorf("got %v, want ErrInvalidArgument", err)
 			}
+			fencingtest.NamesPackageOnce(t, "election", err)
 		})
 	}
 	// Documented no-ops: a nil logger logs nothing, nil callbacks are not
 	// called.
-	err := election.Run(ctx, cli, "nil-noops", "v", work, election.WithLogger(nil),
+	err := election.Run(ctx, cli, "nil-noops", "v", work, election.WithSessionOptions(fencing.WithLogger(nil)),
 		election.OnStartedLeading(nil), election.OnStoppedLeading(nil))
 	if err != nil {
 		t.Errorf("Run with nil logger and callbacks: %v", err)

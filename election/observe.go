@@ -93,7 +93,7 @@ func (o *observer) follow() error {
 	arm.Stop()
 	switch {
 	case timedOut.Load():
-		return fmt.Errorf("election %q: watch not established within %v", o.e.name, observeArmTimeout)
+		return fmt.Errorf("election: observe %q: watch not established within %v", o.e.name, observeArmTimeout)
 	case !ok || resp.Err() != nil:
 		return watchErr(resp, ok)
 	}

@@ -47,8 +47,8 @@ func TestTermReportsEachEventOnce(t *testing.T) {
 		if r.Released[0].Token != resigned.Token() || r.Lost[0].Token != lost.Token() {
 			t.Errorf("released %v, lost %v; want %v, %v", r.Released[0].Token, r.Lost[0].Token, resigned.Token(), lost.Token())
 		}
-		if !errors.Is(r.Lost[0].Cause, guard.ErrOwnerKeyGone) {
-			t.Errorf("loss cause %v; want ErrOwnerKeyGone", r.Lost[0].Cause)
+		if !errors.Is(r.Lost[0].Cause, fencing.ErrKeyDeleted) {
+			t.Errorf("loss cause %v; want ErrKeyDeleted", r.Lost[0].Cause)
 		}
 		if !errors.Is(r.Rejected[0].Cause, guard.ErrNotOwner) || r.Rejected[0].Token != lost.Token() {
 			t.Errorf("rejection %+v; want the lost term's ErrNotOwner", r.Rejected[0])
@@ -70,7 +70,7 @@ func TestRunReportsLostTerm(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- election.Run(ctx, c.Client(t), "run-observed", "v", work, election.WithObserver(rec.Observer()))
+		done <- election.Run(ctx, c.Client(t), "run-observed", "v", work, election.WithSessionOptions(fencing.WithObserver(rec.Observer())))
 	}()
 	first := <-terms
 	c.Delete(t, first.Key())
@@ -86,8 +86,8 @@ func TestRunReportsLostTerm(t *testing.T) {
 		if r.Lost[0].Token != first.Token() || r.Released[0].Token != second.Token() {
 			t.Fatalf("lost %v, released %v; want %v, %v", r.Lost[0].Token, r.Released[0].Token, first.Token(), second.Token())
 		}
-		if !errors.Is(r.Lost[0].Cause, guard.ErrOwnerKeyGone) {
-			t.Fatalf("loss cause %v; want ErrOwnerKeyGone", r.Lost[0].Cause)
+		if !errors.Is(r.Lost[0].Cause, fencing.ErrKeyDeleted) {
+			t.Fatalf("loss cause %v; want ErrKeyDeleted", r.Lost[0].Cause)
 		}
 	})
 }

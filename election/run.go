@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/sessionopt"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -35,8 +36,6 @@ type RunOption func(*runConfig)
 
 type runConfig struct {
 	session    []fencing.SessionOption
-	ttl        time.Duration // as given to WithTTL: bounds each lease grant
-	log        *slog.Logger
 	backoffMin time.Duration
 	backoffMax time.Duration
 	onSuccess  Policy
@@ -47,45 +46,12 @@ type runConfig struct {
 	healthSet  bool
 }
 
-// WithTTL sets the lease TTL of Run's sessions (see fencing.WithTTL).
-func WithTTL(d time.Duration) RunOption {
-	return func(c *runConfig) {
-		c.ttl = d
-		c.session = append(c.session, fencing.WithTTL(d))
-	}
-}
-
-// WithSessionOptions applies opts to every session Run creates, after the
-// session options the other RunOptions imply (see fencing.NewSession). A
-// nil or out-of-range option makes Run return fencing.ErrInvalidArgument.
+// WithSessionOptions applies opts to every session Run creates (see
+// fencing.NewSession): its TTL, safety margin, identity, root, observer and
+// logger, to which Run logs too. Several WithSessionOptions add up. A nil or
+// out-of-range option makes Run return fencing.ErrInvalidArgument.
 func WithSessionOptions(opts ...fencing.SessionOption) RunOption {
 	return func(c *runConfig) { c.session = append(c.session, opts...) }
-}
-
-// WithSafetyMargin sets the safety margin of Run's sessions (see
-// fencing.WithSafetyMargin).
-func WithSafetyMargin(d time.Duration) RunOption {
-	return func(c *runConfig) { c.session = append(c.session, fencing.WithSafetyMargin(d)) }
-}
-
-// WithIdentity sets the identity of Run's sessions (see fencing.WithIdentity).
-func WithIdentity(id string) RunOption {
-	return func(c *runConfig) { c.session = append(c.session, fencing.WithIdentity(id)) }
-}
-
-// WithLogger makes Run and its sessions log to l. Unset, or nil: nothing is
-// logged.
-func WithLogger(l *slog.Logger) RunOption {
-	return func(c *runConfig) {
-		c.log = l
-		c.session = append(c.session, fencing.WithLogger(l))
-	}
-}
-
-// WithObserver makes Run's sessions, and the terms won on them, report to o
-// (see fencing.WithObserver).
-func WithObserver(o fencing.Observer) RunOption {
-	return func(c *runConfig) { c.session = append(c.session, fencing.WithObserver(o)) }
 }
 
 // WithHealth makes Run track each term in h while its work runs, so that h
@@ -159,10 +125,16 @@ func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	if err := c.validate(ctx, cli, name, work, nilOpt); err != nil {
 		return fmt.Errorf("election: Run %q: %w", name, err)
 	}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
+	// Run logs where its sessions do, and bounds a lease grant by their TTL.
+	var sc sessionopt.Config[fencing.Observer]
+	for _, o := range c.session {
+		if o != nil {
+			o(&sc)
+		}
 	}
-	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, log: c.log.With("kind", fencing.KindElection, "name", name)}
+	log := cmp.Or(sc.Logger, slog.New(slog.DiscardHandler))
+	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, ttl: cmp.Or(sc.TTL, fencing.DefaultTTL),
+		log: log.With("kind", fencing.KindElection, "name", name)}
 	defer r.closeSession(ctx)
 	return r.loop(ctx)
 }
@@ -192,6 +164,7 @@ type runner struct {
 	value string
 	work  func(context.Context, *Term) error
 	log   *slog.Logger
+	ttl   time.Duration // bounds each lease grant
 	s     *fencing.Session
 	fails int // consecutive rounds that ended without a completed term
 }
@@ -201,7 +174,7 @@ func (r *runner) loop(ctx context.Context) error {
 		t, err := r.campaign(ctx)
 		if err != nil {
 			if refused(err) {
-				return err
+				return fmt.Errorf("election: Run %q: %w", r.name, err)
 			}
 			if ctx.Err() == nil { // why a replica is not leading: say it
 				r.log.Warn("campaign failed; retrying", "err", err)
@@ -234,7 +207,7 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 		r.closeSession(ctx)
 	}
 	if r.s == nil {
-		gctx, cancel := context.WithTimeout(ctx, cmp.Or(r.cfg.ttl, fencing.DefaultTTL))
+		gctx, cancel := context.WithTimeout(ctx, r.ttl)
 		s, err := fencing.NewSession(gctx, r.cli, r.cfg.session...)
 		cancel()
 		if err != nil {

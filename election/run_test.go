@@ -105,7 +105,7 @@ func (r *replicas) waitTerms(t *testing.T, n int) []*election.Term {
 // one-at-a-time check therefore covers the steady state before the fault.
 func TestRunOneWorkerAndFailoverOnRevoke(t *testing.T) {
 	c := etcdtest.Single(t)
-	r := startReplicas(t, c, 3, election.WithTTL(2*time.Second))
+	r := startReplicas(t, c, 3, election.WithSessionOptions(fencing.WithTTL(2*time.Second)))
 	first := r.waitTerms(t, 1)[0]
 	etcdtest.WaitFor(t, wait, "all replicas to campaign", func() bool {
 		return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "workers"))) == 3
@@ -131,7 +131,7 @@ func TestRunOneWorkerAndFailoverOnRevoke(t *testing.T) {
 // long before the leader's lease (TTL 60 s) could have expired.
 func TestRunHandsOverAtOnceOnCancel(t *testing.T) {
 	c := etcdtest.Single(t)
-	r := startReplicas(t, c, 3, election.WithTTL(60*time.Second))
+	r := startReplicas(t, c, 3, election.WithSessionOptions(fencing.WithTTL(60*time.Second)))
 	first := r.waitTerms(t, 1)[0]
 	for i, cancel := range r.cancels {
 		if fmt.Sprint("replica-", i) == first.Value() {
@@ -218,7 +218,7 @@ func TestRunRejectsBadArguments(t *testing.T) {
 		{"nil client", election.Run(ctx, nil, "a", "v", work), fencing.ErrInvalidArgument},
 		{"nil work", election.Run(ctx, c.Admin, "a", "v", nil), fencing.ErrInvalidArgument},
 		{"bad name", election.Run(ctx, c.Admin, "", "v", work), fencing.ErrInvalidName},
-		{"bad TTL", election.Run(ctx, c.Admin, "a", "v", work, election.WithTTL(time.Second)), fencing.ErrInvalidArgument},
+		{"bad TTL", election.Run(ctx, c.Admin, "a", "v", work, election.WithSessionOptions(fencing.WithTTL(time.Second))), fencing.ErrInvalidArgument},
 		{"bad backoff", election.Run(ctx, c.Admin, "a", "v", work, election.WithBackoff(0, 0)), fencing.ErrInvalidArgument},
 	} {
 		if !errors.Is(tc.err, tc.want) {
@@ -247,7 +247,7 @@ func TestRunReportsUnreachableEtcd(t *testing.T) {
 			close(led)
 			<-ctx.Done()
 			return nil
-		}, election.WithTTL(2*time.Second), election.WithLogger(log), election.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+		}, election.WithSessionOptions(fencing.WithTTL(2*time.Second), fencing.WithLogger(log)), election.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
 	}()
 	etcdtest.WaitFor(t, time.Minute, "a logged grant failure", func() bool {
 		return strings.Contains(buf.String(), "campaign failed") && strings.Contains(buf.String(), "grant lease")

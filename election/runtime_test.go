@@ -130,7 +130,7 @@ func TestTermCallbacksRunOutsideLocks(t *testing.T) {
 func TestRunRejectsNilOption(t *testing.T) {
 	c := etcdtest.Single(t)
 	work := func(context.Context, *election.Term) error { return nil }
-	err := election.Run(etcdtest.Context(t, wait), c.Client(t), "nil-option", "v", work, election.WithTTL(5*time.Second), nil)
+	err := election.Run(etcdtest.Context(t, wait), c.Client(t), "nil-option", "v", work, election.WithSessionOptions(fencing.WithTTL(5*time.Second)), nil)
 	if !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Fatalf("Run with a nil option: %v, want ErrInvalidArgument", err)
 	}
@@ -153,7 +153,7 @@ func TestRunReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
 			close(leading)
 			<-ctx.Done()
 			return nil
-		}, election.WithTTL(60*time.Second))
+		}, election.WithSessionOptions(fencing.WithTTL(60*time.Second)))
 	}()
 	select {
 	case <-leading:
@@ -185,7 +185,7 @@ func TestRunResignsAfterSlowWork(t *testing.T) {
 			<-ctx.Done()
 			<-time.After(1500 * time.Millisecond) // the fault: a shutdown longer than the hand-over budget
 			return nil
-		}, election.WithTTL(60*time.Second))
+		}, election.WithSessionOptions(fencing.WithTTL(60*time.Second)))
 	}()
 	<-leading
 	cancel()

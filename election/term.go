@@ -21,8 +21,8 @@ type Term struct {
 	link  *sessionlink.Link // s's, for the library's own use
 	token fencing.Token
 	key   string
-	life  *fencing.Tenure // reports acquisition, then resignation or loss; nil if nobody listens
-	free  func()          // hands the key back to the session once Resign deleted it
+	life  sessionlink.Tenure // reports acquisition, then resignation or loss
+	free  func()             // hands the key back to the session once Resign deleted it
 
 	mu       sync.Mutex             // serialises Proclaim and Resign
 	value    atomic.Pointer[string] // the last value written: read without mu, which Proclaim holds over a request
@@ -78,9 +78,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 
 // reject reports a write refused because the term was lost.
 func (t *Term) reject(err error) {
-	if f := t.s.Observer().OnReject; f != nil {
-		f(fencing.RejectEvent{Token: t.token, Cause: err})
-	}
+	t.link.Reject(t.token.Name, t.token.Revision, err)
 }
 
 // proclaim writes value while the term lasts. When the ownership compare
@@ -97,7 +95,7 @@ func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 		return nil, fmt.Errorf("election: proclaim %v: %w", t.token, err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("%w: proclaim failed its ownership compare at revision %d", guard.ErrOwnerKeyGone, resp.Header.Revision),
+		return fmt.Errorf("%w: proclaim failed its ownership compare at revision %d", fencing.ErrKeyDeleted, resp.Header.Revision),
 			fmt.Errorf("election: proclaim %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
 	}
 	t.value.Store(&value)
@@ -150,7 +148,7 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 	t.stopped = true // a later Context is born ended
 	t.ctxMu.Unlock()
 	// Reaches only the term's own watches: its tenure hears of
-	// ErrOwnerKeyGone alone, so no user code runs under t.mu.
+	// ErrKeyDeleted alone, so no user code runs under t.mu.
 	t.link.Owners.Lost(t.key, t.token.Revision, errResigned)
 	// A plain delete of ours cannot touch a later term's key: no other
 	// session writes it, and this one reuses it only once every delete sent
@@ -169,7 +167,7 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 	if resp.Deleted == 0 {
 		err := fmt.Errorf("election: resign %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
 		return func() {
-			t.life.Lose(fmt.Errorf("%w: %q found gone by Resign", guard.ErrOwnerKeyGone, t.key))
+			t.life.Lose(fmt.Errorf("%w: %q found gone by Resign", fencing.ErrKeyDeleted, t.key))
 			t.reject(err)
 		}, err
 	}
@@ -182,7 +180,7 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 }
 
 // Context returns a context cancelled as soon as the term can no longer be
-// proven, with the cause: guard.ErrOwnerKeyGone, the session's Err, or
+// proven, with the cause: fencing.ErrKeyDeleted, the session's Err, or
 // ErrNotLeader once Resign was called. Every call returns the same context.
 //
 // Context never blocks: the first call starts a watch of the term's key in

@@ -38,12 +38,18 @@
 //
 // # Operating locks
 //
-// Inspect reads a lock's queue (owner first, then waiters, each with its
-// identity and lease TTL left); InspectPrefix reads every queue under a
-// name prefix. WithObserver reports acquisitions, releases, losses,
-// renewals and refused writes for metrics, and WithLogger logs them.
-// SafetyBudget turns a TTL, renewal interval and margin into worst cases:
-// with the defaults, a crashed holder's lock passes on within 10.5 s, and a
-// partitioned holder's context ends within 9 s, at least 1 s before anyone
-// else can own the lock.
+// WithObserver reports acquisitions, releases, losses, renewals and refused
+// writes for metrics, and WithLogger logs them. WithRoot puts a session's
+// keys under a root of the application's own instead of DefaultRoot; names
+// are written into keys as they are (see ValidateName), so the names that
+// share a prefix share a key range, which one etcd grant covers.
+//
+// Package fencing/inspect is the operator's view, kept out of this package
+// because a program that locks needs none of it: the key ranges of names
+// (KeyPrefix, SubtreePrefix), each queue as etcd holds it (Read, ReadPrefix:
+// owner first, then waiters, each with its identity and lease TTL left), and
+// SafetyBudget, which turns a TTL, renewal interval and margin into worst
+// cases: with the defaults, a crashed holder's lock passes on within 10.5 s,
+// and a partitioned holder's context ends within 9 s, at least 1 s before
+// anyone else can own the lock.
 package fencing

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/ownwatch"
 )
 
 // Sentinel errors. Every error this package returns that a caller may act on
@@ -15,35 +16,39 @@ var (
 
 	// ErrInvalidToken is returned by ParseToken for text that String did
 	// not produce.
-	ErrInvalidToken = errors.New("fencing: invalid token")
+	ErrInvalidToken = errors.New("invalid token")
 
 	// ErrInvalidArgument is returned for a nil context, client, session,
 	// owner or function, a closed client, a nil option or an option out of
 	// range, and by the methods of a value not made by its constructor (a
 	// zero Mutex, say). Nothing was written to etcd.
-	ErrInvalidArgument = errors.New("fencing: invalid argument")
+	ErrInvalidArgument = errors.New("invalid argument")
 
-	// ErrLocked is returned by TryLock when another hold owns the lock.
-	// TryLock wrote nothing.
-	ErrLocked = errors.New("fencing: locked")
+	// ErrLocked is returned by TryLock when another hold owns the lock, and
+	// by election's TryCampaign when another candidate leads or waits. They
+	// wrote nothing.
+	ErrLocked = errors.New("locked")
 
 	// ErrNotHeld is returned by Unlock when the hold was already released or
 	// lost. Unlock then deleted nothing that belongs to anyone else.
-	ErrNotHeld = errors.New("fencing: not held")
+	ErrNotHeld = errors.New("not held")
 
 	// ErrStaleToken is returned by Gate.Admit for a token older than one it
 	// has already admitted under the same name.
-	ErrStaleToken = errors.New("fencing: stale token")
+	ErrStaleToken = errors.New("stale token")
 
 	// ErrSessionExpired is returned by Lock and TryLock when the session's
 	// lease was found gone, or the session already ended, before the lock
 	// was acquired. The error also wraps the session's cause.
-	ErrSessionExpired = errors.New("fencing: session expired")
+	ErrSessionExpired = errors.New("session expired")
 
-	// ErrKeyDeleted is returned by Lock when its queued key was deleted by
-	// someone else (an operator) while it waited. Lock does not queue again
-	// on its own: one Lock call writes one key.
-	ErrKeyDeleted = errors.New("fencing: lock key deleted while waiting")
+	// ErrKeyDeleted means a key of this library was deleted by someone else
+	// (an operator), or replaced. Lock and election's Campaign return it
+	// when their queued key went while they waited (they do not queue again:
+	// one call writes one key). It is the cause of a Hold's or a Term's
+	// context when the owner key went, and of guarded txns' ErrNotOwner
+	// reports of it.
+	ErrKeyDeleted = ownwatch.ErrKeyGone
 )
 
 // Causes of a session's end, returned by Session.Err and wrapped by the
@@ -51,15 +56,15 @@ var (
 var (
 	// ErrLeaseExpired: the server reported the lease gone (expired or
 	// revoked). Every key on it has been deleted.
-	ErrLeaseExpired = errors.New("fencing: lease expired or revoked")
+	ErrLeaseExpired = errors.New("lease expired or revoked")
 
 	// ErrLeaseUnconfirmed: ValidUntil passed without an acknowledged
 	// renewal (a partition, a long pause). The server may expire the lease
 	// at any moment from now on, so the session no longer vouches for it.
-	ErrLeaseUnconfirmed = errors.New("fencing: lease not renewed in time")
+	ErrLeaseUnconfirmed = errors.New("lease not renewed in time")
 
 	// ErrSessionClosed: Close was called, or the client was closed.
-	ErrSessionClosed = errors.New("fencing: session closed")
+	ErrSessionClosed = errors.New("session closed")
 )
 
 // errNilContext is ErrInvalidArgument for a nil ctx: like net/http, an

@@ -98,9 +98,9 @@ func ExampleGate() {
 	old := fencing.Token{Name: "ledger", Revision: 41}
 	successor := fencing.Token{Name: "ledger", Revision: 57}
 
-	fmt.Println(g.Admit(old))
-	fmt.Println(g.Admit(successor))
-	err := g.Admit(old) // the old owner wakes from a long pause and writes
+	fmt.Println(g.Admit(context.Background(), old))
+	fmt.Println(g.Admit(context.Background(), successor))
+	err := g.Admit(context.Background(), old) // the old owner wakes from a long pause and writes
 	fmt.Println(errors.Is(err, fencing.ErrStaleToken))
 	// Output:
 	// <nil>

@@ -23,8 +23,9 @@ import (
 type Gate struct {
 	// Store keeps the high-water marks; nil means this process's memory.
 	Store GateStore
-	// Observer's OnReject, if set, is told of every token refused as stale.
-	Observer Observer
+	// OnReject, if set, is told of every token refused as stale, after the
+	// refusal and with no lock of the Gate held.
+	OnReject func(RejectEvent)
 
 	mu    sync.Mutex
 	mem   MemoryGateStore        // used when Store is nil
@@ -42,11 +43,9 @@ type GateStore interface {
 // Admit admits t unless a greater token of the same name was admitted
 // before: then it returns an error wrapping ErrStaleToken. Admitting the
 // highest token again succeeds (a retry). A token that String could not
-// print (empty name, revision not positive) returns ErrInvalidToken.
-func (g *Gate) Admit(t Token) error { return g.AdmitContext(context.Background(), t) }
-
-// AdmitContext is Admit for a Store that talks to the network.
-func (g *Gate) AdmitContext(ctx context.Context, t Token) error {
+// print (empty name, revision not positive) returns ErrInvalidToken. ctx
+// bounds a Store that talks to the network (EtcdGateStore).
+func (g *Gate) Admit(ctx context.Context, t Token) error {
 	return g.report(t, g.admit(ctx, t))
 }
 
@@ -65,7 +64,7 @@ func (g *Gate) admit(ctx context.Context, t Token) error {
 
 // report tells the observer of a stale token, with no lock of g's held.
 func (g *Gate) report(t Token, err error) error {
-	if f := g.Observer.OnReject; f != nil && errors.Is(err, ErrStaleToken) {
+	if f := g.OnReject; f != nil && errors.Is(err, ErrStaleToken) {
 		f(RejectEvent{Token: t, Cause: err})
 	}
 	return err

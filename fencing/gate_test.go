@@ -30,7 +30,7 @@ func TestGateAdmitsNewerAndEqualRefusesOlder(t *testing.T) {
 		{fencing.Token{Name: "", Revision: 9}, fencing.ErrInvalidToken},
 		{fencing.Token{Name: "ledger", Revision: 0}, fencing.ErrInvalidToken},
 	} {
-		if err := g.Admit(tc.t); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+		if err := g.Admit(context.Background(), tc.t); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
 			t.Errorf("Admit(%v) = %v; want %v", tc.t, err, tc.want)
 		}
 	}
@@ -41,10 +41,10 @@ func TestGateConcurrentAdmits(t *testing.T) {
 	var g fencing.Gate
 	var wg sync.WaitGroup
 	for i := range 100 {
-		wg.Go(func() { g.Admit(tok(int64(i + 1))) })
+		wg.Go(func() { g.Admit(context.Background(), tok(int64(i+1))) })
 	}
 	wg.Wait()
-	if err := g.Admit(tok(99)); !errors.Is(err, fencing.ErrStaleToken) {
+	if err := g.Admit(context.Background(), tok(99)); !errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("Admit(99) after 100: %v; want ErrStaleToken", err)
 	}
 }
@@ -66,22 +66,22 @@ func TestEtcdGateStore(t *testing.T) {
 	c := etcdtest.Single(t)
 	store := &fencing.EtcdGateStore{Client: c.Client(t), Prefix: "leasehold/gate/test/"}
 	a := fencing.Gate{Store: store}
-	if err := a.AdmitContext(t.Context(), tok(10)); err != nil {
+	if err := a.Admit(t.Context(), tok(10)); err != nil {
 		t.Fatal(err)
 	}
 	b := fencing.Gate{Store: &fencing.EtcdGateStore{Client: c.Client(t), Prefix: "leasehold/gate/test/"}}
-	if err := b.AdmitContext(t.Context(), tok(9)); !errors.Is(err, fencing.ErrStaleToken) {
+	if err := b.Admit(t.Context(), tok(9)); !errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("second gate admitted 9 after 10: %v", err)
 	}
-	if err := b.AdmitContext(t.Context(), tok(10)); err != nil {
+	if err := b.Admit(t.Context(), tok(10)); err != nil {
 		t.Fatalf("retry of 10: %v", err)
 	}
 	var wg sync.WaitGroup
 	for i := range 20 {
-		wg.Go(func() { a.AdmitContext(t.Context(), tok(int64(11+i))) })
+		wg.Go(func() { a.Admit(t.Context(), tok(int64(11+i))) })
 	}
 	wg.Wait()
-	if err := b.AdmitContext(t.Context(), tok(29)); !errors.Is(err, fencing.ErrStaleToken) {
+	if err := b.Admit(t.Context(), tok(29)); !errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("Admit(29) after concurrent 11..30: %v; want ErrStaleToken", err)
 	}
 }
@@ -178,7 +178,7 @@ func TestEtcdGateStoreUnreachable(t *testing.T) {
 	cli := etcdtest.NewClient(t, c.Endpoints())
 	cli.Close()
 	g := fencing.Gate{Store: &fencing.EtcdGateStore{Client: cli, Prefix: "leasehold/gate/closed/"}}
-	err := g.AdmitContext(t.Context(), tok(1))
+	err := g.Admit(t.Context(), tok(1))
 	if err == nil || errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("Admit through a closed client: %v; want the client's error", err)
 	}

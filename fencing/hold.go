@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,8 +24,8 @@ type Hold struct {
 	s     *Session // set at creation, never changed: read without locking
 	token Token
 	key   string
-	life  *Tenure // reports acquisition, then release or loss; nil if nobody listens
-	free  func()  // hands the key back to the session once Unlock deleted it
+	life  sessionlink.Tenure // reports acquisition, then release or loss
+	free  func()             // hands the key back to the session once Unlock deleted it
 
 	mu       sync.Mutex  // serialises Unlock
 	released atomic.Bool // set by Unlock once it succeeded or found the key gone
@@ -43,7 +44,7 @@ var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 
 func newHold(m *Mutex, e *revqueue.Entry, start time.Time) *Hold {
 	t := Token{Name: m.name, Revision: e.Rev}
-	return &Hold{s: m.s, token: t, key: e.Key, free: e.Free, life: m.s.Track(KindLock, t, e.Key, time.Since(start))}
+	return &Hold{s: m.s, token: t, key: e.Key, free: e.Free, life: m.s.track(KindLock, t, e.Key, time.Since(start))}
 }
 
 // Token returns the hold's fencing token: greater than the token of every
@@ -127,7 +128,7 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 
 // Context returns a context that is cancelled as soon as the hold can no
 // longer prove ownership, with the cause (context.Cause): the key deleted or
-// replaced (guard.ErrOwnerKeyGone), the session's Err (lease expired or
+// replaced (ErrKeyDeleted), the session's Err (lease expired or
 // revoked, ValidUntil passed without a renewal, session closed), or
 // ErrNotHeld once Unlock was called. Every call returns the same context.
 //

@@ -66,7 +66,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 	start := time.Now()
 	e, err := m.q.Acquire(ctx, m.s.link, m.s.identity)
 	if err != nil {
-		return nil, AcquireError(m.s, fmt.Sprintf("lock %q", m.name), err)
+		return nil, fmt.Errorf("fencing: lock %q: %w", m.name, acquireError(m.s, err))
 	}
 	return newHold(m, e, start), nil
 }
@@ -81,7 +81,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 	start := time.Now()
 	e, owner, err := m.q.TryAcquire(ctx, m.s.link, m.s.identity)
 	if err != nil {
-		return nil, AcquireError(m.s, fmt.Sprintf("trylock %q", m.name), err)
+		return nil, fmt.Errorf("fencing: trylock %q: %w", m.name, acquireError(m.s, err))
 	}
 	if owner != nil {
 		return nil, fmt.Errorf("fencing: trylock %q: %w by %q (token %v)", m.name, ErrLocked, owner.Value,
@@ -97,19 +97,16 @@ func (m *Mutex) usable(ctx context.Context) error {
 	return m.s.usable(ctx)
 }
 
-// AcquireError maps why an acquire on s failed to this package's sentinels:
-// ErrSessionExpired (wrapping the session's cause) or ErrKeyDeleted; other
-// errors (ctx's, the client's) pass through. It is for packages built on the
-// revision queue, such as election.
-func AcquireError(s *Session, op string, err error) error {
+// acquireError maps why an acquire on s failed to this package's sentinels:
+// ErrSessionExpired (wrapping the session's cause); other errors
+// (ErrKeyDeleted, ctx's, the client's) pass through. Package election reaches it
+// through the session's link.
+func acquireError(s *Session, err error) error {
 	switch {
-	case s == nil:
 	case errors.Is(err, revqueue.ErrLost):
 		err = fmt.Errorf("%w: %w", ErrSessionExpired, s.Err())
 	case errors.Is(err, revqueue.ErrLeaseGone):
 		err = fmt.Errorf("%w: lease %x not found on the server", ErrSessionExpired, int64(s.id))
-	case errors.Is(err, revqueue.ErrKeyGone):
-		err = ErrKeyDeleted
 	}
-	return fmt.Errorf("fencing: %s: %w", op, err)
+	return err
 }

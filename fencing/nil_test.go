@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // Every exported function and method given a nil or zero value returns
@@ -40,17 +41,22 @@ func TestNilAndZeroInputs(t *testing.T) {
 			var g fencing.Gate
 			return g.Do(ctx, fencing.Token{Name: "x", Revision: 1}, nil)
 		},
-		"Gate.AdmitContext(nil ctx)": func() error {
+		"Gate.Admit(nil ctx)": func() error {
 			var g fencing.Gate
-			return g.AdmitContext(nilCtx, fencing.Token{Name: "x", Revision: 1})
+			return g.Admit(nilCtx, fencing.Token{Name: "x", Revision: 1})
 		},
-		"zero EtcdGateStore": func() error { return new(fencing.EtcdGateStore).Advance(ctx, "x", 1) },
+		"Gate with a zero EtcdGateStore": func() error {
+			g := fencing.Gate{Store: new(fencing.EtcdGateStore)}
+			return g.Admit(ctx, fencing.Token{Name: "x", Revision: 1})
+		},
 	}
 	for name, call := range invalid {
 		t.Run(name, func(t *testing.T) {
-			if err := call(); !errors.Is(err, fencing.ErrInvalidArgument) {
+			err := call()
+			if !errors.Is(err, fencing.ErrInvalidArgument) {
 				t.Errorf("got %v, want ErrInvalidArgument", err)
 			}
+			fencingtest.NamesPackageOnce(t, "fencing", err)
 		})
 	}
 	if s.Err() != nil || h.Context().Err() != nil {
@@ -87,9 +93,6 @@ func TestNilAndZeroInputs(t *testing.T) {
 			if rec.Code != want {
 				t.Errorf("Middleware with a %s: status %d, want %d", name, rec.Code, want)
 			}
-		}
-		if err := fencing.AcquireError(nil, "op", errors.New("x")); err == nil {
-			t.Error("AcquireError(nil session) returned nil")
 		}
 	})
 	if err := h.Unlock(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -63,7 +64,7 @@ type LossEvent struct {
 	Lease clientv3.LeaseID
 	Held  time.Duration // from acquisition to the loss being noticed
 	// Cause wraps ErrLeaseExpired, ErrLeaseUnconfirmed, ErrSessionClosed
-	// or guard.ErrOwnerKeyGone.
+	// or ErrKeyDeleted.
 	Cause error
 	// Early is how long before the session's ValidUntil the loss was
 	// noticed: well above zero when etcd told (a revoked lease, a deleted
@@ -75,9 +76,9 @@ type LossEvent struct {
 type RenewEvent struct {
 	Lease     clientv3.LeaseID
 	RoundTrip time.Duration
-	// Margin is how long the session can still vouch for its lease without
+	// Left is how long the session can still vouch for its lease without
 	// another renewal: ValidUntil minus now, after this attempt.
-	Margin time.Duration
+	Left time.Duration
 	// Err is why the attempt failed (it is retried); nil on success.
 	Err error
 }
@@ -93,21 +94,24 @@ type RejectEvent struct {
 // WithObserver makes the session, and every lock and election on it, report
 // to o. Unset: nothing is reported.
 func WithObserver(o Observer) SessionOption {
-	return func(c *sessionConfig) { c.observer = o }
+	return func(c *sessionConfig) { c.Observer = o }
 }
 
 func (o Observer) any() bool {
 	return o.OnAcquire != nil || o.OnRelease != nil || o.OnLoss != nil || o.OnRenew != nil || o.OnReject != nil
 }
 
-// Observer returns the observer the session reports to (the zero Observer
-// when none was set), so that packages built on sessions can report too.
-func (s *Session) Observer() Observer { return s.obs }
+// reject reports a write refused because the ownership of name at rev was
+// lost.
+func (s *Session) reject(name string, rev int64, cause error) {
+	if f := s.obs.OnReject; f != nil {
+		f(RejectEvent{Token: Token{Name: name, Revision: rev}, Cause: cause})
+	}
+}
 
-// Tenure is one ownership being reported: acquired, then released or lost,
-// exactly once. Mutex makes one per Hold; package election one per term. A
-// nil *Tenure (no observer, no logger) reports nothing.
-type Tenure struct {
+// tenure is one ownership being reported: acquired, then released or lost,
+// exactly once. Mutex makes one per Hold; package election one per term.
+type tenure struct {
 	s     *Session
 	kind  Kind
 	token Token
@@ -119,17 +123,23 @@ type Tenure struct {
 	unregister func()      // stops the reports of losses proven by watches and txns
 }
 
-// Track reports an ownership of kind with token t and key key, acquired after
+// nobody is the tenure of an ownership nobody listens to.
+type nobody struct{}
+
+func (nobody) Release()   {}
+func (nobody) Lose(error) {}
+
+// track reports an ownership of kind with token t and key key, acquired after
 // waiting wait, to the session's observer and logger. It then reports the
 // ownership's end when the session ends (closing it is a release, any other
 // end a loss) or when a watch or a guarded txn on the session proves key
 // gone, unless Release or Lose reported it first. With no observer and no
-// logger that would print a loss, it does nothing and returns nil.
-func (s *Session) Track(kind Kind, t Token, key string, wait time.Duration) *Tenure {
+// logger that would print a loss, it does nothing.
+func (s *Session) track(kind Kind, t Token, key string, wait time.Duration) sessionlink.Tenure {
 	if !s.obs.any() && !s.log.Enabled(context.Background(), slog.LevelWarn) {
-		return nil // nobody to tell: a Lock pays for no report
+		return nobody{} // nobody to tell: a Lock pays for no report
 	}
-	tn := &Tenure{s: s, kind: kind, token: t, start: time.Now()}
+	tn := &tenure{s: s, kind: kind, token: t, start: time.Now()}
 	if s.log.Enabled(context.Background(), slog.LevelDebug) { // spares every Lock the boxing of the attributes
 		s.log.Debug("acquired", "kind", kind, "name", t.Name, "token", t, "wait", wait)
 	}
@@ -150,15 +160,15 @@ func (s *Session) Track(kind Kind, t Token, key string, wait time.Duration) *Ten
 }
 
 // Release reports the ownership given up, unless its end was reported.
-func (tn *Tenure) Release() { tn.end(nil) }
+func (tn *tenure) Release() { tn.end(nil) }
 
 // Lose reports the ownership lost with cause, unless its end was reported. A
 // cause wrapping ErrSessionClosed is reported as a release: the session was
 // closed on purpose, which gives up its ownerships.
-func (tn *Tenure) Lose(cause error) { tn.end(cause) }
+func (tn *tenure) Lose(cause error) { tn.end(cause) }
 
-func (tn *Tenure) end(cause error) {
-	if tn == nil || !tn.ended.CompareAndSwap(false, true) {
+func (tn *tenure) end(cause error) {
+	if !tn.ended.CompareAndSwap(false, true) {
 		return
 	}
 	tn.mu.Lock()
@@ -201,5 +211,5 @@ func (s *Session) reportRenewal(sent time.Time, err error) {
 		return // an attempt cut short by the session's end is no renewal failure
 	}
 	now := time.Now()
-	f(RenewEvent{Lease: s.id, RoundTrip: now.Sub(sent), Margin: s.ValidUntil().Sub(now), Err: err})
+	f(RenewEvent{Lease: s.id, RoundTrip: now.Sub(sent), Left: s.ValidUntil().Sub(now), Err: err})
 }

@@ -1,6 +1,7 @@
 package fencing_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,8 +88,8 @@ func TestObserverSeesEachEventOnce(t *testing.T) {
 			}
 		}
 		for _, e := range r.Renewed {
-			if e.Err == nil && (e.Margin <= 0 || e.RoundTrip < 0) {
-				t.Errorf("successful renewal with margin %v, round trip %v", e.Margin, e.RoundTrip)
+			if e.Err == nil && (e.Left <= 0 || e.RoundTrip < 0) {
+				t.Errorf("successful renewal with %v left, round trip %v", e.Left, e.RoundTrip)
 			}
 		}
 	})
@@ -97,11 +98,11 @@ func TestObserverSeesEachEventOnce(t *testing.T) {
 // A Gate reports each stale token it refuses, and nothing else.
 func TestGateReportsRejections(t *testing.T) {
 	var rec fencingtest.Recorder
-	g := fencing.Gate{Observer: rec.Observer()}
+	g := fencing.Gate{OnReject: rec.Observer().OnReject}
 	for _, rev := range []int64{5, 5, 7, 6} {
-		g.Admit(fencing.Token{Name: "n", Revision: rev})
+		g.Admit(context.Background(), fencing.Token{Name: "n", Revision: rev})
 	}
-	g.Admit(fencing.Token{}) // invalid, not stale
+	g.Admit(context.Background(), fencing.Token{}) // invalid, not stale
 	rec.Snapshot(func(r *fencingtest.Recorder) {
 		if len(r.Rejected) != 1 || r.Rejected[0].Token.Revision != 6 || !errors.Is(r.Rejected[0].Cause, fencing.ErrStaleToken) {
 			t.Fatalf("rejections %+v; want one, of revision 6, ErrStaleToken", r.Rejected)

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/internal/sessionopt"
 	"log/slog"
 	"os"
 	"time"
@@ -20,22 +21,14 @@ const (
 // SessionOption configures NewSession.
 type SessionOption func(*sessionConfig)
 
-type sessionConfig struct {
-	ttl      time.Duration
-	margin   time.Duration
-	marginOK bool // margin was set by WithSafetyMargin
-	logger   *slog.Logger
-	identity string
-	root     string
-	observer Observer
-}
+type sessionConfig = sessionopt.Config[Observer]
 
 // WithTTL sets the lease TTL, rounded up to whole seconds (etcd's unit).
 // Longer survives longer pauses and partitions; shorter hands a crashed
 // holder's locks over sooner. Unset: DefaultTTL. NewSession returns
 // ErrInvalidArgument when d is below MinTTL.
 func WithTTL(d time.Duration) SessionOption {
-	return func(c *sessionConfig) { c.ttl = d }
+	return func(c *sessionConfig) { c.TTL = d }
 }
 
 // WithSafetyMargin sets how long before the server's earliest possible
@@ -45,19 +38,19 @@ func WithTTL(d time.Duration) SessionOption {
 // 0 < d < TTL/2 (a margin of half the TTL or more would lose the lease
 // between two renewals).
 func WithSafetyMargin(d time.Duration) SessionOption {
-	return func(c *sessionConfig) { c.margin, c.marginOK = d, true }
+	return func(c *sessionConfig) { c.Margin, c.MarginSet = d, true }
 }
 
 // WithLogger makes the session log renewal failures and its end to l.
 // Unset, or nil: the session logs nothing.
 func WithLogger(l *slog.Logger) SessionOption {
-	return func(c *sessionConfig) { c.logger = l }
+	return func(c *sessionConfig) { c.Logger = l }
 }
 
 // WithIdentity sets the value written into every key the session creates,
 // so an operator reading etcd sees who holds or waits. Unset: "host/pid".
 func WithIdentity(id string) SessionOption {
-	return func(c *sessionConfig) { c.identity = id }
+	return func(c *sessionConfig) { c.Identity = id }
 }
 
 // WithRoot puts the keys of every lock and election made on the session under
@@ -67,41 +60,41 @@ func WithIdentity(id string) SessionOption {
 // the same root. Root is used as it is (end it with "/" to keep names
 // apart from the rest of the namespace); NewSession returns
 // ErrInvalidArgument for an empty root or one with an unprintable character.
-// package inspect computes the key ranges for etcd grants and tools.
+// Package inspect computes the key ranges for etcd grants and tools.
 func WithRoot(root string) SessionOption {
-	return func(c *sessionConfig) { c.root = root }
+	return func(c *sessionConfig) { c.Root = root }
 }
 
 func newSessionConfig(opts []SessionOption) (sessionConfig, error) {
-	c := sessionConfig{ttl: DefaultTTL, root: DefaultRoot}
+	c := sessionConfig{TTL: DefaultTTL, Root: DefaultRoot}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: nil option", ErrInvalidArgument)
 		}
 		o(&c)
 	}
-	if err := validRoot(c.root); err != nil {
+	if err := validRoot(c.Root); err != nil {
 		return c, err
 	}
-	if c.ttl < MinTTL {
-		return c, fmt.Errorf("%w: TTL %v below %v", ErrInvalidArgument, c.ttl, MinTTL)
+	if c.TTL < MinTTL {
+		return c, fmt.Errorf("%w: TTL %v below %v", ErrInvalidArgument, c.TTL, MinTTL)
 	}
-	c.ttl = c.ttl.Round(0)
-	if r := c.ttl % time.Second; r != 0 {
-		c.ttl += time.Second - r
+	c.TTL = c.TTL.Round(0)
+	if r := c.TTL % time.Second; r != 0 {
+		c.TTL += time.Second - r
 	}
-	if !c.marginOK {
-		c.margin = max(c.ttl/10, minMargin)
+	if !c.MarginSet {
+		c.Margin = max(c.TTL/10, minMargin)
 	}
-	if c.margin <= 0 || c.margin >= c.ttl/2 {
-		return c, fmt.Errorf("%w: safety margin %v not in (0, TTL/2 = %v)", ErrInvalidArgument, c.margin, c.ttl/2)
+	if c.Margin <= 0 || c.Margin >= c.TTL/2 {
+		return c, fmt.Errorf("%w: safety margin %v not in (0, TTL/2 = %v)", ErrInvalidArgument, c.Margin, c.TTL/2)
 	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.identity == "" {
+	if c.Identity == "" {
 		host, _ := os.Hostname()
-		c.identity = fmt.Sprintf("%s/%d", host, os.Getpid())
+		c.Identity = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 	return c, nil
 }

@@ -86,7 +86,7 @@ func TestContextNeverBlocks(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("the hold's context outlived its revoked lease")
 	}
-	if cause := context.Cause(ctx); !errors.Is(cause, fencing.ErrLeaseExpired) && !errors.Is(cause, guard.ErrOwnerKeyGone) {
+	if cause := context.Cause(ctx); !errors.Is(cause, fencing.ErrLeaseExpired) && !errors.Is(cause, fencing.ErrKeyDeleted) {
 		t.Errorf("cause %v, want the lease's loss", cause)
 	}
 }
@@ -103,8 +103,8 @@ func TestContextOfAlreadyLostHold(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("the context of a deleted hold never ended")
 	}
-	if cause := context.Cause(ctx); !errors.Is(cause, guard.ErrOwnerKeyGone) {
-		t.Errorf("cause %v, want ErrOwnerKeyGone", cause)
+	if cause := context.Cause(ctx); !errors.Is(cause, fencing.ErrKeyDeleted) {
+		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 }
 
@@ -240,10 +240,10 @@ func TestCallbacksRunOutsideLocks(t *testing.T) {
 		_, _ = guard.Put(ctx, h, "reentrant/data", "v") // OnReject, OnLoss via the failed txn
 		_ = h.Unlock(ctx)                               // key gone: a loss, reported by Unlock
 		var g fencing.Gate
-		g.Observer.OnReject = func(e fencing.RejectEvent) { // Do of the same name waits for Do's lock
+		g.OnReject = func(e fencing.RejectEvent) { // Do of the same name waits for Do's lock
 			_ = g.Do(ctx, fencing.Token{Name: e.Token.Name, Revision: 10}, func() error { return nil })
 		}
-		_ = g.Admit(fencing.Token{Name: "reentrant", Revision: 9})
+		_ = g.Admit(context.Background(), fencing.Token{Name: "reentrant", Revision: 9})
 		_ = g.Do(ctx, fencing.Token{Name: "reentrant", Revision: 8}, func() error { return nil }) // OnReject under Do
 		h, _ = m.Lock(ctx)
 		r.h.Store(h)

@@ -67,7 +67,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 		return nil, fmt.Errorf("fencing: NewSession: %w", err)
 	}
 	sent := time.Now()
-	g, err := cli.Grant(ctx, int64(cfg.ttl/time.Second))
+	g, err := cli.Grant(ctx, int64(cfg.TTL/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("fencing: NewSession: grant lease: %w", err)
 	}
@@ -75,16 +75,22 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 		cli:        cli,
 		id:         g.ID,
 		ttl:        time.Duration(g.TTL) * time.Second,
-		margin:     cfg.margin,
-		identity:   cfg.identity,
-		obs:        cfg.observer,
-		log:        cfg.logger.With("lease", fmt.Sprintf("%x", int64(g.ID))),
-		validUntil: sent.Add(time.Duration(g.TTL)*time.Second - cfg.margin),
+		margin:     cfg.Margin,
+		identity:   cfg.Identity,
+		obs:        cfg.Observer,
+		log:        cfg.Logger.With("lease", fmt.Sprintf("%x", int64(g.ID))),
+		validUntil: sent.Add(time.Duration(g.TTL)*time.Second - cfg.Margin),
 		done:       make(chan struct{}),
 	}
 	s.period = s.ttl / 3
 	life, cancel := context.WithCancelCause(context.Background())
-	s.link = &sessionlink.Link{Client: cli, Lease: s.id, Root: cfg.root, KeyStem: fmt.Sprintf("%016x-", int64(s.id)), TTL: s.ttl, Owners: new(ownwatch.Registry), Keys: new(sessionlink.KeyPool), Expired: ErrLeaseExpired, Go: s.background}
+	s.link = &sessionlink.Link{Client: cli, Lease: s.id, Root: cfg.Root, KeyStem: fmt.Sprintf("%016x-", int64(s.id)), TTL: s.ttl, Owners: new(ownwatch.Registry), Keys: new(sessionlink.KeyPool), Expired: ErrLeaseExpired, Go: s.background,
+		Track: func(kind, name string, rev int64, key string, wait time.Duration) sessionlink.Tenure {
+			return s.track(Kind(kind), Token{Name: name, Revision: rev}, key, wait)
+		},
+		Reject:       s.reject,
+		AcquireError: func(err error) error { return acquireError(s, err) },
+	}
 	s.ctx, s.cancel = sessionlink.With(life, s.link), cancel
 	s.link.Life = s.ctx
 	s.closingCtx, s.closing = context.WithCancel(context.Background())

@@ -45,6 +45,14 @@ func mustEscape(c byte) bool { return c == '%' || c <= ' ' || c > '~' }
 // texts String produces for valid names and positive revisions; anything
 // else returns an error wrapping ErrInvalidToken.
 func ParseToken(s string) (Token, error) {
+	t, err := parseToken(s)
+	if err != nil {
+		return Token{}, fmt.Errorf("fencing: ParseToken: %w", err)
+	}
+	return t, nil
+}
+
+func parseToken(s string) (Token, error) {
 	at := strings.LastIndexByte(s, '@')
 	if at < 0 {
 		return Token{}, fmt.Errorf("%w: %q has no '@'", ErrInvalidToken, s)

@@ -10,4 +10,10 @@
 // far as a write that would fail. Health is the check for the rest: a
 // liveness probe that fails while work goes on past the end of its
 // ownership.
+//
+// A watched context ends with a cause (context.Cause): fencing.ErrKeyDeleted
+// when the owner key was deleted or replaced (also wrapping
+// fencing.ErrLeaseExpired when it went with its lease), the session's Err,
+// fencing.ErrNotHeld or election.ErrNotLeader once the owner gave it up, or
+// the parent's cause.
 package guard

@@ -49,7 +49,7 @@ func ExampleWatch() {
 	defer cancel()
 	cli.Delete(ctx, h.Key()) // the operator
 	<-work.Done()
-	fmt.Println(errors.Is(context.Cause(work), guard.ErrOwnerKeyGone))
+	fmt.Println(errors.Is(context.Cause(work), fencing.ErrKeyDeleted))
 	// Output: true
 }
 

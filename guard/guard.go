@@ -11,10 +11,6 @@ import (
 	"github.com/leasehold/leasehold/internal/sessionlink"
 )
 
-// ErrOwnerKeyGone is the cause of a watched context whose owner key was
-// deleted (by an operator, or with its lease) or replaced.
-var ErrOwnerKeyGone = ownwatch.ErrKeyGone
-
 // Owner is one ownership of one etcd key, proven by the key's create
 // revision (the token's Revision). *fencing.Hold and *election.Term
 // implement it.
@@ -26,7 +22,7 @@ type Owner interface {
 
 // Watch returns a context that is cancelled as soon as o can no longer prove
 // ownership. context.Cause names the first loss, and later ones never
-// replace it: ErrOwnerKeyGone (key deleted or replaced; when its lease was
+// replace it: fencing.ErrKeyDeleted (key deleted or replaced; when its lease was
 // revoked or expired, the cause wraps fencing.ErrLeaseExpired too), or the
 // session's Err (fencing.ErrLeaseExpired, fencing.ErrLeaseUnconfirmed when
 // ValidUntil passed without a renewal, fencing.ErrSessionClosed), or ctx's

@@ -15,7 +15,7 @@ import (
 )
 
 // S2, S4: an operator deletes the key: the watched context ends with
-// ErrOwnerKeyGone and the next guarded txn fails with ErrNotOwner.
+// fencing.ErrKeyDeleted and the next guarded txn fails with ErrNotOwner.
 func TestKeyDeletedCancelsAndFencesWrites(t *testing.T) {
 	c := etcdtest.Single(t)
 	h := lock(t, newSession(t, c.Client(t)), "deleted")
@@ -24,8 +24,8 @@ func TestKeyDeletedCancelsAndFencesWrites(t *testing.T) {
 		t.Fatalf("guarded Put while owner: %v", err)
 	}
 	c.Delete(t, h.Key())
-	if cause := cancelled(t, ctx); !errors.Is(cause, guard.ErrOwnerKeyGone) || errors.Is(cause, fencing.ErrLeaseExpired) {
-		t.Fatalf("cause = %v; want ErrOwnerKeyGone alone", cause)
+	if cause := cancelled(t, ctx); !errors.Is(cause, fencing.ErrKeyDeleted) || errors.Is(cause, fencing.ErrLeaseExpired) {
+		t.Fatalf("cause = %v; want fencing.ErrKeyDeleted alone", cause)
 	}
 	if _, err := guard.Put(etcdtest.Context(t, wait), h, "data", "2"); !errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("guarded Put after delete: %v; want ErrNotOwner", err)
@@ -83,8 +83,8 @@ func TestWatchOfLostOwnerIsDone(t *testing.T) {
 	if ctx.Err() == nil {
 		t.Fatal("Watch of a deleted key returned a live context")
 	}
-	if cause := context.Cause(ctx); !errors.Is(cause, guard.ErrOwnerKeyGone) {
-		t.Fatalf("cause = %v; want ErrOwnerKeyGone", cause)
+	if cause := context.Cause(ctx); !errors.Is(cause, fencing.ErrKeyDeleted) {
+		t.Fatalf("cause = %v; want fencing.ErrKeyDeleted", cause)
 	}
 }
 
@@ -168,8 +168,8 @@ func TestCompactionAndReconnectKeepValidHold(t *testing.T) {
 		t.Fatalf("valid hold's context ended: %v", err)
 	}
 	c.Delete(t, h.Key())
-	if cause := cancelled(t, ctx); !errors.Is(cause, guard.ErrOwnerKeyGone) {
-		t.Fatalf("cause = %v; want ErrOwnerKeyGone", cause)
+	if cause := cancelled(t, ctx); !errors.Is(cause, fencing.ErrKeyDeleted) {
+		t.Fatalf("cause = %v; want fencing.ErrKeyDeleted", cause)
 	}
 }
 
@@ -216,8 +216,8 @@ func TestDoJoinsLossCause(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, guard.ErrOwnerKeyGone) {
-		t.Fatalf("Do = %v; want context.Canceled joined with ErrOwnerKeyGone", err)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, fencing.ErrKeyDeleted) {
+		t.Fatalf("Do = %v; want context.Canceled joined with fencing.ErrKeyDeleted", err)
 	}
 }
 
@@ -240,8 +240,8 @@ func TestTxnReportsRejectionAndLoss(t *testing.T) {
 		if len(r.Rejected) != 2 || len(r.Lost) != 1 || len(r.Released) != 0 {
 			t.Fatalf("rejected %d, lost %d, released %d; want 2, 1, 0", len(r.Rejected), len(r.Lost), len(r.Released))
 		}
-		if !errors.Is(r.Lost[0].Cause, guard.ErrOwnerKeyGone) || r.Lost[0].Token != h.Token() {
-			t.Fatalf("loss %+v; want %v with ErrOwnerKeyGone", r.Lost[0], h.Token())
+		if !errors.Is(r.Lost[0].Cause, fencing.ErrKeyDeleted) || r.Lost[0].Token != h.Token() {
+			t.Fatalf("loss %+v; want %v with fencing.ErrKeyDeleted", r.Lost[0], h.Token())
 		}
 	})
 }

@@ -14,7 +14,7 @@ import (
 // ownership that has ended (its session's ValidUntil passed, or its context
 // ended): its work ignored its context, and may write after a successor
 // took over.
-var ErrOverdue = errors.New("guard: acting on an ownership that has ended")
+var ErrOverdue = errors.New("acting on an ownership that has ended")
 
 // Health tells a liveness probe whether this process acts only on
 // ownerships it can still prove. Between Track and its done, the process
@@ -91,7 +91,7 @@ func (h *Health) Check() error {
 			end = time.Unix(0, e)
 		}
 		if late := now.Sub(end); late >= h.Grace {
-			return fmt.Errorf("%w: %v, ended %v ago", ErrOverdue, t.o.Token(), late.Round(time.Millisecond))
+			return fmt.Errorf("guard: health: %w: %v, ended %v ago", ErrOverdue, t.o.Token(), late.Round(time.Millisecond))
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // foreignOwner is an Owner whose session NewSession did not make.
@@ -42,9 +43,11 @@ func TestNilAndZeroInputs(t *testing.T) {
 	}
 	for name, call := range invalid {
 		t.Run(name, func(t *testing.T) {
-			if err := call(); !errors.Is(err, fencing.ErrInvalidArgument) {
+			err := call()
+			if !errors.Is(err, fencing.ErrInvalidArgument) {
 				t.Errorf("got %v, want ErrInvalidArgument", err)
 			}
+			fencingtest.NamesPackageOnce(t, "guard", err)
 		})
 	}
 	var health guard.Health

@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
 	"github.com/leasehold/leasehold/fencing"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // errBadResponse reports a txn response without the results its request
 // asked for: etcd never sends one, a broken connection could. Whether the
 // txn committed is unknown, as after a lost reply.
-var errBadResponse = errors.New("guard: malformed txn response")
+var errBadResponse = errors.New("malformed txn response")
 
 // ErrNotOwner is returned by GuardedTxn.Commit when the owner no longer
 // owned its key at commit time. Nothing in the txn was applied.
-var ErrNotOwner = errors.New("guard: not owner")
+var ErrNotOwner = errors.New("not owner")
 
 // GuardedTxn is a txn that commits only while its owner still owns its key.
 // Build it like a clientv3.Txn: If, Then and Else at most once each, in that
@@ -53,7 +53,7 @@ func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
 // Commit sends the txn as one etcd request. If the owner no longer owned its
 // key at commit time, nothing was applied and Commit returns an error
 // wrapping ErrNotOwner; the owner's watched contexts are then cancelled at
-// once with ErrOwnerKeyGone. Otherwise it returns the response of the
+// once with fencing.ErrKeyDeleted. Otherwise it returns the response of the
 // caller's txn, as clientv3 would: Succeeded tells whether the caller's
 // compares held, Responses are the results of the branch that ran. It
 // returns by ctx's deadline. A nil ctx or owner, or an owner whose session
@@ -82,11 +82,9 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 	}
 	if !resp.Succeeded {
 		l.Owners.Lost(g.o.Key(), g.o.Token().Revision, fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
-			ErrOwnerKeyGone, resp.Header.Revision))
+			fencing.ErrKeyDeleted, resp.Header.Revision))
 		err := fmt.Errorf("guard: txn for %v at revision %d: %w", g.o.Token(), resp.Header.Revision, ErrNotOwner)
-		if f := g.o.Session().Observer().OnReject; f != nil {
-			f(fencing.RejectEvent{Token: g.o.Token(), Cause: err})
-		}
+		l.Reject(g.o.Token().Name, g.o.Token().Revision, err)
 		return nil, err
 	}
 	if !nested {

@@ -61,7 +61,7 @@ func workerMain(name string, args []string) int {
 	w := &worker{name: name, counter: c.prefix() + "counter", cli: cli, ledger: ledger, freeze: make(chan struct{}), resume: make(chan struct{})}
 	go w.commands(cancel)
 	err = election.Run(ctx, cli, c.election(), name, w.work,
-		election.WithTTL(c.ttl), election.WithIdentity(name), election.WithLogger(log),
+		election.WithSessionOptions(fencing.WithTTL(c.ttl), fencing.WithIdentity(name), fencing.WithLogger(log)),
 		election.WithBackoff(20*time.Millisecond, 200*time.Millisecond),
 		election.OnStoppedLeading(func(t *election.Term, cause error) { w.say("stopped", t.Token(), cause) }))
 	if err != nil {

@@ -122,7 +122,7 @@ func (m *metrics) lost(e fencing.LossEvent) {
 }
 
 func (m *metrics) renewed(e fencing.RenewEvent) {
-	m.margin.Set(e.Margin.Seconds())
+	m.margin.Set(e.Left.Seconds())
 	if e.Err != nil {
 		// A failed attempt's round trip is mostly its timeout: keep it out
 		// of the latency histogram.
@@ -137,7 +137,7 @@ func (m *metrics) rejected(e fencing.RejectEvent) {
 }
 
 // causeLabel names the cause of a loss. The order matters: a key deleted with
-// its lease wraps both guard.ErrOwnerKeyGone and fencing.ErrLeaseExpired, and
+// its lease wraps both fencing.ErrKeyDeleted and fencing.ErrLeaseExpired, and
 // is counted as lease_expired. Releases (fencing.ErrNotHeld and the like)
 // never come here: they are not losses.
 func causeLabel(err error) string {
@@ -148,7 +148,7 @@ func causeLabel(err error) string {
 		return "lease_unconfirmed"
 	case errors.Is(err, fencing.ErrSessionClosed):
 		return "session_closed"
-	case errors.Is(err, guard.ErrOwnerKeyGone):
+	case errors.Is(err, fencing.ErrKeyDeleted):
 		return "key_gone"
 	default:
 		return "other"

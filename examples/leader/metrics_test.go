@@ -146,8 +146,8 @@ func TestMetricsOverlappingOwnerships(t *testing.T) {
 		t.Fatalf("owner after the newer term's release = %v; want 0", got)
 	}
 
-	o.OnRenew(fencing.RenewEvent{RoundTrip: time.Millisecond, Margin: 8 * time.Second})
-	o.OnRenew(fencing.RenewEvent{RoundTrip: time.Second, Margin: 3 * time.Second, Err: errors.New("timeout")})
+	o.OnRenew(fencing.RenewEvent{RoundTrip: time.Millisecond, Left: 8 * time.Second})
+	o.OnRenew(fencing.RenewEvent{RoundTrip: time.Second, Left: 3 * time.Second, Err: errors.New("timeout")})
 	if got := testutil.ToFloat64(m.margin); got != 3 {
 		t.Fatalf("renewal margin = %v; want 3 (the last attempt's)", got)
 	}
@@ -169,9 +169,9 @@ func TestCauseLabel(t *testing.T) {
 		{fmt.Errorf("session: %w", fencing.ErrLeaseExpired), "lease_expired"},
 		{fmt.Errorf("session: %w", fencing.ErrLeaseUnconfirmed), "lease_unconfirmed"},
 		{fmt.Errorf("session: %w", fencing.ErrSessionClosed), "session_closed"},
-		{fmt.Errorf("watch: %w", guard.ErrOwnerKeyGone), "key_gone"},
+		{fmt.Errorf("watch: %w", fencing.ErrKeyDeleted), "key_gone"},
 		// A key deleted with its lease: the lease is the cause.
-		{fmt.Errorf("%w: lease 1: %w", fencing.ErrLeaseExpired, guard.ErrOwnerKeyGone), "lease_expired"},
+		{fmt.Errorf("%w: lease 1: %w", fencing.ErrLeaseExpired, fencing.ErrKeyDeleted), "lease_expired"},
 		{context.Canceled, "other"},
 		{nil, "other"},
 	} {

@@ -61,7 +61,7 @@ func (r *replica) run(ctx context.Context, cli *clientv3.Client, obs fencing.Obs
 	// Run makes a new session whenever the last one is lost and campaigns
 	// again: a replica never leaves the election while it runs.
 	err := election.Run(ctx, cli, r.name, r.value, r.lead,
-		election.WithTTL(r.ttl), election.WithLogger(r.log), election.WithObserver(obs),
+		election.WithSessionOptions(fencing.WithTTL(r.ttl), fencing.WithLogger(r.log), fencing.WithObserver(obs)),
 		election.WithHealth(&r.health), election.OnSuccess(election.KeepLeading),
 		election.OnStartedLeading(func(t *election.Term) { r.log.Info("leading", "token", t.Token()) }))
 	if err != nil { // only for arguments that parse already refused
@@ -234,7 +234,7 @@ func (r *replica) healthz(w http.ResponseWriter, _ *http.Request) {
 
 // standing tells whether the replica can take part in the election: whether
 // the session election.Run campaigns on can still vouch for its lease, as
-// its renewals report (fencing.RenewEvent.Margin is ValidUntil minus now).
+// its renewals report (fencing.RenewEvent.Left is ValidUntil minus now).
 // A session renews every third of its TTL, and a failed renewal leaves
 // ValidUntil where it was: while etcd does not answer, ValidUntil passes.
 // A lost session stops reporting; Run's next one reports a third of a TTL
@@ -256,7 +256,7 @@ func (s *standing) start(grace time.Duration) {
 func (s *standing) renewed(e fencing.RenewEvent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.until = time.Now().Add(e.Margin)
+	s.until = time.Now().Add(e.Left)
 }
 
 func (s *standing) check(now time.Time) error {

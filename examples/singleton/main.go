@@ -173,8 +173,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	margin, _ := c.margin()
 	log.Info("campaigning", "ttl", c.ttl, "grace", c.grace, "margin", margin)
 	err = election.Run(ctx, cli, c.name, r.identity, r.work,
-		election.WithTTL(c.ttl), election.WithSafetyMargin(margin), election.WithIdentity(r.identity),
-		election.WithLogger(log),
+		election.WithSessionOptions(fencing.WithTTL(c.ttl), fencing.WithSafetyMargin(margin),
+			fencing.WithIdentity(r.identity), fencing.WithLogger(log)),
 		election.OnStartedLeading(func(t *election.Term) { log.Info("leading", "token", t.Token()) }),
 		election.OnStoppedLeading(func(t *election.Term, cause error) {
 			log.Info("stopped leading", "token", t.Token(), "cause", cause)

@@ -6,6 +6,8 @@ package fencingtest
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -132,5 +134,27 @@ func ReturnsBy(t testing.TB, limit time.Duration, what string, call func() error
 	case <-time.After(limit):
 		t.Fatalf("%s had not returned %v later", what, limit)
 		return nil
+	}
+}
+
+// NamesPackageOnce fails t unless err's text starts with "pkg: " and names
+// that package, and every other package of the library, at most once, and
+// no internal package at all: "fencing: lock \"x\": session expired: ...",
+// not "fencing: lock: fencing: session expired".
+func NamesPackageOnce(t testing.TB, pkg string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("no error; want one from %s", pkg)
+		return
+	}
+	text := err.Error()
+	if !strings.HasPrefix(text, pkg+": ") {
+		t.Errorf("%q does not start with %q", text, pkg+": ")
+	}
+	for _, p := range []string{"fencing", "guard", "election", "inspect", "revqueue", "ownwatch", "keyspace", "sessionlink"} {
+		n := strings.Count(text, p+": ")
+		if n > 1 || n == 1 && !slices.Contains([]string{"fencing", "guard", "election", "inspect"}, p) {
+			t.Errorf("%q names %s %d times", text, p, n)
+		}
 	}
 }

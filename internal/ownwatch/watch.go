@@ -13,10 +13,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// ErrKeyGone is the cause of a watched context whose owner key was deleted or
-// replaced by a key with another create revision. guard exports it as
-// ErrOwnerKeyGone.
-var ErrKeyGone = errors.New("guard: owner key deleted or replaced")
+// ErrKeyGone is the library's one "key gone" error, exported as
+// fencing.ErrKeyDeleted: the cause of a watched context whose owner key was
+// deleted or replaced by a key with another create revision, and the error
+// of a queued waiter whose key was deleted.
+var ErrKeyGone = errors.New("key deleted")
 
 // Owner names the key to watch and the create revision that proves
 // ownership.

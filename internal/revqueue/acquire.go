@@ -15,7 +15,7 @@ import (
 
 // ErrLeaseGone is returned by Acquire when the server no longer has the
 // session's lease: it refused the enqueue, or the key went with the lease.
-var ErrLeaseGone = errors.New("revqueue: lease gone")
+var ErrLeaseGone = errors.New("lease gone")
 
 // Session is what acquiring needs of a fencing.Session.
 type Session = sessionlink.Link

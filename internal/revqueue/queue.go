@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/ownwatch"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -23,10 +24,10 @@ import (
 
 // ErrKeyGone is returned by Wait when the waiter's own key was deleted (by an
 // operator, or with its lease) before it reached the head of the queue.
-var ErrKeyGone = errors.New("revqueue: own key deleted while waiting")
+var ErrKeyGone = ownwatch.ErrKeyGone
 
 // ErrLost is returned by Wait when its lost context ended.
-var ErrLost = errors.New("revqueue: session lost while waiting")
+var ErrLost = errors.New("session lost while waiting")
 
 // Queue is the waiting line of one name: every key under Prefix. Prefix must
 // isolate the name: no key of another name may start with it.
@@ -278,7 +279,7 @@ func (e *Entry) setPred(pred, owner *mvccpb.KeyValue) {
 // errBadResponse reports a txn response without the results its request
 // asked for. etcd never sends one; a broken connection could. The outcome is
 // unknown, like a lost reply.
-var errBadResponse = errors.New("revqueue: malformed txn response")
+var errBadResponse = errors.New("malformed txn response")
 
 func shape(resp *clientv3.TxnResponse, n int) error {
 	if resp.Header == nil || len(resp.Responses) < n {

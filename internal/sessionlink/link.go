@@ -38,6 +38,23 @@ type Link struct {
 	// f must return soon after Life ends. It reports false, and runs
 	// nothing, once the session has ended.
 	Go func(f func()) bool
+
+	// Track reports an ownership of kind ("lock", "election") of the name
+	// with token revision rev and key key, acquired after waiting wait, to
+	// the session's observer and logger; then its end, once.
+	Track func(kind, name string, rev int64, key string, wait time.Duration) Tenure
+	// Reject reports a write refused because the ownership of name at rev
+	// was lost.
+	Reject func(name string, rev int64, cause error)
+	// AcquireError maps why an acquire failed to fencing's sentinels.
+	AcquireError func(err error) error
+}
+
+// Tenure is one reported ownership: Release or Lose reports its end, and
+// only the first call of either counts.
+type Tenure interface {
+	Release()
+	Lose(cause error)
 }
 
 type key struct{}
