@@ -311,3 +311,24 @@ func TestWatchJSONLogsProblems(t *testing.T) {
 		}
 	}
 }
+
+// --root reads the queues of services that use fencing.WithRoot; without it,
+// inspect looks under leasehold/ and finds nothing. A bad root or a prefix no
+// name starts is a usage error.
+func TestRootFlag(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := fencingtest.Session(t, c.Client(t), fencing.WithRoot("billing/locks/"), fencing.WithIdentity("host-r/1"))
+	fencingtest.Lock(t, s, "jobs/x")
+	code, out, stderr := runInspect(t, "--endpoints", c.Endpoints()[0], "--root", "billing/locks/", "--prefix", "jobs/")
+	if code != 0 || !strings.Contains(out, `lock "jobs/x"`) || !strings.Contains(out, "host-r/1") {
+		t.Fatalf("--root: exit %d, stderr %s, output:\n%s", code, stderr, out)
+	}
+	if code, out, _ := runInspect(t, "--endpoints", c.Endpoints()[0], "--prefix", "jobs/"); code != 0 || strings.Contains(out, "host-r/1") {
+		t.Fatalf("default root: exit %d, output:\n%s", code, out)
+	}
+	for _, bad := range [][]string{{"--root", "", "x"}, {"--prefix", "a#"}} {
+		if code, _, _ := runInspect(t, append([]string{"--endpoints", c.Endpoints()[0]}, bad...)...); code != 2 {
+			t.Errorf("%q: exit %d; want 2", bad, code)
+		}
+	}
+}
