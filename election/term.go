@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/revqueue"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -22,7 +23,7 @@ type Term struct {
 	token fencing.Token
 	key   string
 	life  sessionlink.Tenure // reports acquisition, then resignation or loss
-	free  func()             // hands the key back to the session once Resign deleted it
+	free  func(retire bool)  // hands the key back to the session once Resign deleted it
 
 	mu       sync.Mutex             // serialises Proclaim and Resign
 	value    atomic.Pointer[string] // the last value written: read without mu, which Proclaim holds over a request
@@ -60,10 +61,12 @@ func (t *Term) Value() string {
 }
 
 // Proclaim changes the leader's value, as observers see it, only while the
-// term lasts, in one guarded txn; it returns by ctx's deadline. It returns an
-// error wrapping ErrNotLeader (and guard.ErrNotOwner) when the term was
-// already lost or resigned; after any other error the value may or may not
-// have changed, and Proclaim may be retried.
+// term lasts, in one guarded txn; it returns by ctx's deadline. Failures that
+// pass (a lost reply, a leader change) are retried until ctx ends: the same
+// guarded put twice is harmless. It returns an error wrapping ErrNotLeader
+// (and guard.ErrNotOwner) when the term was already lost or resigned; after
+// any other error (ctx ended first, etcd refused) the value may or may not
+// have changed, and Proclaim may be called again.
 func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.usable(ctx); err != nil {
 		return fmt.Errorf("election: proclaim: %w", err)
@@ -89,8 +92,13 @@ func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 	if t.resigned.Load() {
 		return nil, fmt.Errorf("election: proclaim %v: %w: resigned", t.token, ErrNotLeader)
 	}
-	resp, err := t.s.Client().Txn(ctx).If(t.isOwner()).
-		Then(clientv3.OpPut(t.key, value, clientv3.WithLease(t.s.Lease()))).Commit()
+	var resp *clientv3.TxnResponse
+	var unsure bool // the same put again is harmless
+	err := revqueue.Retry(ctx, &unsure, func() (err error) {
+		resp, err = t.s.Client().Txn(ctx).If(t.isOwner()).
+			Then(clientv3.OpPut(t.key, value, clientv3.WithLease(t.s.Lease()))).Commit()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("election: proclaim %v: %w", t.token, err)
 	}
@@ -125,10 +133,12 @@ func (t *Term) isOwner() clientv3.Cmp {
 // the term), with ErrNotLeader as their cause, so work under the term stops
 // before the key goes, whatever happens next. It returns an error wrapping
 // ErrNotLeader when the term was already lost (key gone, or session ended: a
-// key still there is deleted all the same) or resigned. After any other
-// error (ctx ended, the network) the key may still be in etcd, leading, and
-// guarded writes of the term still commit: call Resign again, or close the
-// session, to hand leadership over.
+// key still there is deleted all the same) or resigned. Failures that pass
+// (a lost reply, a leader change, a member restarting) are retried until ctx
+// ends: deleting the key is idempotent. After any other error (ctx ended
+// first, etcd refused) the key may still be in etcd, leading, and guarded
+// writes of the term still commit: call Resign again, or close the session,
+// to hand leadership over.
 func (t *Term) Resign(ctx context.Context) error {
 	if err := t.usable(ctx); err != nil {
 		return fmt.Errorf("election: resign: %w", err)
@@ -155,16 +165,19 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 	// for this term has returned (a failed one may be applied late, onto
 	// the key's next life: then the key is never reused). Deleting nothing
 	// proves the term already lost.
-	resp, err := t.s.Client().Delete(ctx, t.key)
+	var resp *clientv3.DeleteResponse
+	lost := false // an attempt went unanswered: it may be the one that deleted
+	err := revqueue.Retry(ctx, &lost, func() (err error) {
+		resp, err = t.s.Client().Delete(ctx, t.key)
+		return err
+	})
+	t.unsure = t.unsure || lost
 	if err != nil {
-		t.unsure = true
 		return func() {}, fmt.Errorf("election: resign %v: %w", t.token, err)
 	}
 	t.resigned.Store(true)
-	if !t.unsure {
-		t.free()
-	}
-	if resp.Deleted == 0 {
+	t.free(t.unsure)
+	if resp.Deleted == 0 && !lost {
 		err := fmt.Errorf("election: resign %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
 		return func() {
 			t.life.Lose(fmt.Errorf("%w: %q found gone by Resign", fencing.ErrKeyDeleted, t.key))

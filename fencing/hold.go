@@ -25,7 +25,7 @@ type Hold struct {
 	token Token
 	key   string
 	life  sessionlink.Tenure // reports acquisition, then release or loss
-	free  func()             // hands the key back to the session once Unlock deleted it
+	free  func(retire bool)  // hands the key back to the session once Unlock deleted it
 
 	mu       sync.Mutex  // serialises Unlock
 	released atomic.Bool // set by Unlock once it succeeded or found the key gone
@@ -77,9 +77,11 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 // before the key goes, whatever happens next. It returns an error wrapping
 // ErrNotHeld if the hold was already released or lost (key deleted, lease
 // gone, session ended); a key of an ended session that still exists is
-// deleted all the same. After any other error (ctx ended, the network) the
-// key may still be in etcd, owning the lock, and guarded writes of the hold
+// deleted all the same. After any other error (ctx ended first, etcd
+// refused) the key may still be in etcd, owning the lock, and guarded writes of the hold
 // still commit: call Unlock again, or close the session, to release it.
+// Failures that pass (a lost reply, a leader change, a member restarting)
+// are retried until ctx ends: deleting the key is idempotent.
 func (h *Hold) Unlock(ctx context.Context) error {
 	if h == nil || h.s == nil {
 		return fmt.Errorf("fencing: unlock: %w: hold not made by Lock", ErrInvalidArgument)
@@ -108,16 +110,19 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	// session writes this key, and this one reuses it only once every
 	// delete sent for this hold has returned (a failed one may be applied
 	// late, onto the key's next life: then the key is never reused).
-	resp, err := h.s.cli.Delete(ctx, h.key)
+	var resp *clientv3.DeleteResponse
+	lost := false // an attempt went unanswered: it may be the one that deleted
+	err := revqueue.Retry(ctx, &lost, func() (err error) {
+		resp, err = h.s.cli.Delete(ctx, h.key)
+		return err
+	})
+	h.unsure = h.unsure || lost
 	if err != nil {
-		h.unsure = true
 		return func() {}, fmt.Errorf("fencing: unlock %v: %w", h.token, err)
 	}
 	h.released.Store(true)
-	if !h.unsure {
-		h.free()
-	}
-	if resp.Deleted == 0 {
+	h.free(h.unsure)
+	if resp.Deleted == 0 && !lost {
 		return func() { h.life.Lose(ownwatch.ErrKeyGone) }, fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
 	}
 	if err := h.s.Err(); err != nil {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/leasehold/leasehold/fencing"
 
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/revqueue"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -17,6 +18,14 @@ var errBadResponse = errors.New("malformed txn response")
 // ErrNotOwner is returned by GuardedTxn.Commit when the owner no longer
 // owned its key at commit time. Nothing in the txn was applied.
 var ErrNotOwner = errors.New("not owner")
+
+// ErrOutcomeUnknown is returned by GuardedTxn.Commit (and Put, Delete) when
+// the txn was sent and no answer came back (a timeout, a broken connection,
+// ctx ending in flight, a leader lost mid-request): it may or may not have
+// been applied, and may yet be. Re-read what it writes before deciding to
+// send it again. Every other error of Commit is definite: nothing was
+// applied.
+var ErrOutcomeUnknown = errors.New("outcome unknown")
 
 // GuardedTxn is a txn that commits only while its owner still owns its key.
 // Build it like a clientv3.Txn: If, Then and Else at most once each, in that
@@ -59,10 +68,18 @@ func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
 // returns by ctx's deadline. A nil ctx or owner, or an owner whose session
 // NewSession did not make, returns fencing.ErrInvalidArgument and sends
 // nothing.
+//
+// Commit sends the txn once and never again on its own: the caller's writes
+// may not be idempotent. When no answer came back it returns an error
+// wrapping ErrOutcomeUnknown, and the caller must re-read before it retries;
+// any other error means nothing was applied.
 func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 	l, err := check(g.ctx, g.o)
 	if err != nil {
 		return nil, fmt.Errorf("guard: txn: %w", err)
+	}
+	if err := g.ctx.Err(); err != nil {
+		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), err) // not sent
 	}
 	own := clientv3.Compare(clientv3.CreateRevision(g.o.Key()), "=", g.o.Token().Revision)
 	txn := l.Client.Txn(g.ctx).If(own)
@@ -77,6 +94,9 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		txn = txn.Then(g.thens...)
 	}
 	resp, err := txn.Commit()
+	if err != nil && revqueue.Unknown(err) {
+		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.o.Token(), ErrOutcomeUnknown, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), err)
 	}
@@ -91,7 +111,7 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		return resp, nil
 	}
 	if len(resp.Responses) != 1 || resp.Responses[0].GetResponseTxn() == nil {
-		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), errBadResponse)
+		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.o.Token(), ErrOutcomeUnknown, errBadResponse)
 	}
 	inner := resp.Responses[0].GetResponseTxn()
 	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: inner.Succeeded, Responses: inner.Responses}, nil
@@ -105,7 +125,7 @@ func Put(ctx context.Context, o Owner, key, val string, opts ...clientv3.OpOptio
 		return nil, err
 	}
 	if len(resp.Responses) != 1 {
-		return nil, fmt.Errorf("guard: put %q: %w", key, errBadResponse)
+		return nil, fmt.Errorf("guard: put %q: %w: %w", key, ErrOutcomeUnknown, errBadResponse)
 	}
 	return (*clientv3.PutResponse)(resp.Responses[0].GetResponsePut()), nil
 }
@@ -118,7 +138,7 @@ func Delete(ctx context.Context, o Owner, key string, opts ...clientv3.OpOption)
 		return nil, err
 	}
 	if len(resp.Responses) != 1 {
-		return nil, fmt.Errorf("guard: delete %q: %w", key, errBadResponse)
+		return nil, fmt.Errorf("guard: delete %q: %w: %w", key, ErrOutcomeUnknown, errBadResponse)
 	}
 	return (*clientv3.DeleteResponse)(resp.Responses[0].GetResponseDeleteRange()), nil
 }

@@ -3,13 +3,16 @@ package revqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 )
 
@@ -31,15 +34,31 @@ const CleanupBudget = 25 * time.Millisecond
 // call of this session: a slot is reused only after the call that had it
 // has finished with its key (see sessionlink.KeyPool).
 type slot struct {
-	key  string
-	free func() // hands the slot back; only once the key is known gone
+	key     string
+	put     func() // hands the slot back; only once the key is known gone
+	written bool   // an enqueue of the key succeeded
+	unsure  bool   // an enqueue of the key failed without an answer: it may yet be applied
 }
 
-func (q Queue) newSlot(s *Session) slot {
+func (q Queue) newSlot(s *Session) *slot {
 	n := s.Keys.Get(q.Prefix)
-	return slot{
-		key:  q.Prefix + s.KeyStem + strconv.FormatUint(n, 10),
-		free: func() { s.Keys.Put(q.Prefix, n) },
+	return &slot{
+		key: q.Prefix + s.KeyStem + strconv.FormatUint(n, 10),
+		put: func() { s.Keys.Put(q.Prefix, n) },
+	}
+}
+
+// release is an Entry's Free: it runs once the owner's delete of the key has
+// returned, with retire set when an earlier delete of this life failed
+// unanswered (it may be applied late, onto the key's next life).
+func (sl *slot) release(s *Session) func(retire bool) {
+	return func(retire bool) {
+		switch {
+		case sl.unsure:
+			sweep(s, sl.key) // a lost enqueue may yet write the key again
+		case !retire:
+			sl.put()
+		}
 	}
 }
 
@@ -48,35 +67,90 @@ func (q Queue) newSlot(s *Session) slot {
 // the session ends first (before, during, or as the wait ends), ErrLeaseGone,
 // ErrKeyGone, ctx's error or the client's. On every error the key is removed.
 // On success, the caller calls the Entry's Free once it has deleted the key.
+//
+// An enqueue that fails for a passing reason (a lost reply, a leader
+// change) is sent again, with the same key, until ctx ends: the key is this
+// call's alone, so the repeat finds it if the lost attempt wrote it, and
+// keeps its place in the queue. One call never has two keys.
 func (q Queue) Acquire(ctx context.Context, s *Session, value string) (*Entry, error) {
 	if err := usable(ctx, s); err != nil {
 		return nil, err
 	}
 	sl := q.newSlot(s)
-	e, err := q.Enqueue(ctx, sl.key, value, s.Lease)
+	var e *Entry
+	err := retry(ctx, s.Life, &sl.unsure, func() (err error) {
+		e, err = q.Enqueue(ctx, sl.key, value, s.Lease)
+		return err
+	})
 	if err != nil {
-		return nil, q.settle(ctx, s, sl, err, true)
+		return nil, q.settle(ctx, s, sl, err)
 	}
-	e.Free = sl.free
-	return e, q.settle(ctx, s, sl, q.Wait(ctx, e, s.Life), false)
+	sl.written = true
+	e.Free = sl.release(s)
+	return e, q.settle(ctx, s, sl, q.Wait(ctx, e, s.Life))
 }
 
 // TryAcquire is Acquire that queues only if the queue is empty, in one
 // request; otherwise it writes nothing and returns the owner's key-value.
+// Like Acquire, it sends the request again after a passing failure; the
+// repeat that finds this call's own key at the head owns with it.
 func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry, *mvccpb.KeyValue, error) {
 	if err := usable(ctx, s); err != nil {
 		return nil, nil, err
 	}
 	sl := q.newSlot(s)
-	e, owner, err := q.TryEnqueue(ctx, sl.key, value, s.Lease)
-	if err == nil && owner != nil {
-		sl.free() // nothing was written
-		return nil, owner, nil
+	var (
+		e     *Entry
+		owner *mvccpb.KeyValue
+	)
+	err := retry(ctx, s.Life, &sl.unsure, func() (err error) {
+		e, owner, err = q.TryEnqueue(ctx, sl.key, value, s.Lease)
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, nil, q.settle(ctx, s, sl, err)
+	case owner != nil && string(owner.Key) == sl.key:
+		// A lost attempt queued the key, alone: it owns.
+		e = &Entry{Key: sl.key, Rev: owner.CreateRevision, readRev: owner.ModRevision}
+	case owner != nil:
+		return nil, owner, q.settle(ctx, s, sl, errTaken)
 	}
-	if e != nil {
-		e.Free = sl.free
+	sl.written = true
+	e.Free = sl.release(s)
+	return e, nil, q.settle(ctx, s, sl, nil)
+}
+
+// errTaken is TryAcquire finding the queue taken: an error for settle only.
+var errTaken = errors.New("queue taken")
+
+// Retry runs send until it succeeds, fails for good (an answer, not a
+// passing failure: see Unknown), or ctx ends, backing off between attempts;
+// it sets *unsure when an attempt's outcome is unknown. For idempotent
+// writes: Unlock, Resign, Proclaim. When ctx ends during a backoff, the
+// error is ctx's, with the last attempt's.
+func Retry(ctx context.Context, unsure *bool, send func() error) error {
+	return retry(ctx, ctx, unsure, send)
+}
+
+// retry is Retry that also stops once life ends.
+func retry(ctx context.Context, life context.Context, unsure *bool, send func() error) error {
+	wait := retryMin
+	for {
+		err := send()
+		if err == nil {
+			return nil
+		}
+		*unsure = *unsure || Unknown(err)
+		if !transient(err) || ctx.Err() != nil || life.Err() != nil {
+			return err
+		}
+		pause(ctx, wait)
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
+		}
+		wait = min(2*wait, retryMax)
 	}
-	return e, nil, q.settle(ctx, s, sl, err, err != nil)
 }
 
 func usable(ctx context.Context, s *Session) error {
@@ -90,21 +164,22 @@ func usable(ctx context.Context, s *Session) error {
 }
 
 // settle classifies the outcome of an acquire and removes the key on
-// failure. sent says the enqueue itself failed: its reply may have been lost
-// after the key was written.
-func (q Queue) settle(ctx context.Context, s *Session, sl slot, err error, sent bool) error {
+// failure, unless no attempt could have written it.
+func (q Queue) settle(ctx context.Context, s *Session, sl *slot, err error) error {
 	if err == nil && s.Life.Err() != nil {
 		err = ErrLost // the session ended as the wait did
 	}
 	if err == nil {
 		return nil
 	}
-	if sent && rejected(err) {
-		sl.free() // nothing was written
+	if sl.written || sl.unsure {
+		removeKey(ctx, s, sl)
 	} else {
-		removeKey(ctx, s, sl, sent)
+		sl.put() // nothing was written
 	}
 	switch {
+	case errors.Is(err, errTaken):
+		return nil
 	case s.Life.Err() != nil:
 		return ErrLost
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -119,10 +194,24 @@ func (q Queue) settle(ctx context.Context, s *Session, sl slot, err error, sent 
 // no such lease): then it wrote nothing, and there is no key to remove.
 func rejected(err error) bool {
 	switch code(err) {
-	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition:
+	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition,
+		codes.ResourceExhausted, codes.OutOfRange, codes.AlreadyExists, codes.Unimplemented:
 		return true
 	}
-	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrLeaseNotFound)
+	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrLeaseNotFound) ||
+		errors.Is(err, rpctypes.ErrNoLeader) || dropped(err)
+}
+
+// dropped reports a proposal raft refused to take (a leader stepping down,
+// a full proposal queue): etcd passes it on as text.
+func dropped(err error) bool { return strings.Contains(err.Error(), "raft proposal dropped") }
+
+// Unknown reports whether a write that failed with err may yet have been
+// applied: the request may have reached etcd and its reply been lost (a
+// timeout, a broken connection, ctx ending in flight). A refusal that etcd
+// answered (no leader, a dropped proposal, no permission) applied nothing.
+func Unknown(err error) bool {
+	return err != nil && !rejected(err) && !errors.Is(err, errBadResponse)
 }
 
 // leaseGone tells whether the server lost s's lease, which the session itself
@@ -137,43 +226,75 @@ func leaseGone(ctx context.Context, s *Session) bool {
 // removeKey deletes the key of a failed or cancelled acquire. It tries once,
 // for CleanupBudget past ctx's end; if that fails, the session keeps trying
 // in the background for as long as it lives (once it ends, the lease takes
-// the key). The slot is free again only if the first delete returned, and
-// the enqueue's did too: a request whose reply was lost may yet be applied,
-// onto the key's next life, so such a slot is never reused. An enqueue whose
-// reply was lost (unsure) may even be applied after a delete, so its key is
-// deleted once more a TTL later.
-func removeKey(ctx context.Context, s *Session, sl slot, unsure bool) {
-	key := sl.key
+// the key). The slot is free again only if the first delete returned and
+// every enqueue was answered: a request whose reply was lost may yet be
+// applied, so such a slot is never reused, and its key is swept for the
+// rest of the session (see sweep).
+func removeKey(ctx context.Context, s *Session, sl *slot) {
 	dctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
-	removed := tryRemove(dctx, s, key)
+	removed := tryRemove(dctx, s, sl.key)
 	cancel()
-	if removed && !unsure {
-		sl.free()
-		return
+	switch {
+	case removed && !sl.unsure:
+		sl.put()
+	case removed:
+		sweep(s, sl.key)
+	default:
+		s.Go(func() {
+			for wait := retryMin; s.Life.Err() == nil; wait = min(2*wait, retryMax) {
+				pause(s.Life, wait)
+				tctx, cancel := context.WithTimeout(s.Life, s.TTL/3)
+				ok := tryRemove(tctx, s, sl.key)
+				cancel()
+				if ok {
+					if sl.unsure {
+						sweep(s, sl.key)
+					}
+					return
+				}
+			}
+		})
 	}
+}
+
+// sweep keeps key deleted for as long as the session lives. An enqueue of
+// key whose reply was lost may be applied after any delete of ours (etcd
+// gives no bound), and the session's lease would then keep a ghost key in
+// the queue, ahead of every later waiter, until the session ends. So a
+// watch, from before a read that finds any such write, deletes each new
+// life of the key as it appears. The slot is never reused, so nothing else
+// writes key. Once the session ends its lease is gone, and a late enqueue
+// on it fails.
+func sweep(s *Session, key string) {
 	s.Go(func() {
-		delay, again := retryMin, unsure
-		if removed {
-			delay, again = s.TTL, false
-		}
-		for {
-			pause(s.Life, delay)
-			if s.Life.Err() != nil {
-				return
+		for wait := retryMin; s.Life.Err() == nil; wait = min(2*wait, retryMax) {
+			if sweepOnce(s, key) {
+				wait = retryMin // the watch was armed: it broke, not etcd's answer
 			}
-			tctx, cancel := context.WithTimeout(s.Life, s.TTL/3)
-			ok := tryRemove(tctx, s, key)
-			cancel()
-			switch {
-			case !ok:
-				delay = min(2*delay, retryMax)
-			case again:
-				delay, again = s.TTL, false
-			default:
-				return
-			}
+			pause(s.Life, wait)
 		}
 	})
+}
+
+// sweepOnce watches key and deletes it whenever it exists, until the watch
+// breaks or the session ends. It reports whether the watch was armed.
+func sweepOnce(s *Session, key string) (armed bool) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.Life))
+	defer cancel()
+	for resp := range s.Client.Watch(ctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
+		if resp.Canceled || resp.Err() != nil {
+			return armed
+		}
+		armed = true
+		// On creation, a write made before the watch; then each put.
+		dctx, dcancel := context.WithTimeout(s.Life, s.TTL/3)
+		ok := tryRemove(dctx, s, key)
+		dcancel()
+		if !ok {
+			return armed
+		}
+	}
+	return armed
 }
 
 func tryRemove(ctx context.Context, s *Session, key string) bool {

@@ -40,10 +40,11 @@ type Queue struct {
 type Entry struct {
 	Key string
 	Rev int64 // create revision of Key: the fencing token once it owns
-	// Free hands the entry's key back to its session for reuse. The owner
-	// calls it once its delete of Key has returned (Unlock, Resign): from
-	// then on nothing in this process writes Key in this entry's name.
-	Free func()
+	// Free hands the entry's key back to its session. The owner calls it
+	// once its delete of Key has returned (Unlock, Resign), with retire set
+	// if an earlier delete of this life failed unanswered: then, as when an
+	// enqueue of it did, the key is never reused.
+	Free func(retire bool)
 
 	pred      string // key of the direct predecessor; "" once Entry owns
 	predRev   int64  // create revision of pred: keys are reused, lives are not
@@ -56,17 +57,22 @@ func (e *Entry) Owner() bool { return e.pred == "" }
 
 // Enqueue writes key (with value, on lease) at the tail of the queue in one
 // txn, which also reads the entry's direct predecessor and the queue length.
+// If key already exists (an earlier Enqueue of it, whose reply was lost, was
+// applied), it writes nothing and takes up that key's place instead.
 func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, error) {
-	resp, err := q.Client.Txn(ctx).Then(
+	resp, err := q.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
 		clientv3.OpPut(key, value, clientv3.WithLease(lease)),
 		// Within a txn, reads see its writes: our key is the newest, so the
 		// two newest keys are ours and our predecessor's. A sorted range
 		// counts every key before the limit: Count is the queue's length.
 		clientv3.OpGet(q.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)),
-	).Commit()
+	).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return nil, err
+	}
+	if !resp.Succeeded {
+		return q.rejoin(ctx, resp)
 	}
 	if err := shape(resp, 2); err != nil {
 		return nil, err
@@ -81,6 +87,20 @@ func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.Le
 		e.pred, e.predRev, e.predOwner = string(rr.Kvs[1].Key), rr.Kvs[1].CreateRevision, rr.Count == 2
 	}
 	return e, nil
+}
+
+// rejoin makes the entry of a key Enqueue found already written, and finds
+// its predecessor.
+func (q Queue) rejoin(ctx context.Context, resp *clientv3.TxnResponse) (*Entry, error) {
+	if err := shape(resp, 1); err != nil {
+		return nil, err
+	}
+	kv := first(resp.Responses[0].GetResponseRange().Kvs)
+	if kv == nil {
+		return nil, fmt.Errorf("%w: no key where the compare found one", errBadResponse)
+	}
+	e := &Entry{Key: string(kv.Key), Rev: kv.CreateRevision, readRev: resp.Header.Revision}
+	return e, q.confirm(ctx, e, true)
 }
 
 // TryEnqueue writes key only if the queue is empty, in one txn. When it is
@@ -157,6 +177,9 @@ const (
 // transient reports whether err is etcd being briefly unable to answer, as
 // opposed to an answer (a denied permission, a missing key).
 func transient(err error) bool {
+	if dropped(err) {
+		return true
+	}
 	for _, t := range []error{errBadResponse, rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
 		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrLeaderChanged, rpctypes.ErrTooManyRequests,
 		rpctypes.ErrTimeoutWaitAppliedIndex} {

@@ -1,0 +1,59 @@
+package election_test
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/keyspace"
+)
+
+// Campaign, Proclaim and Resign go through a lost reply or a refusal of
+// their write: Campaign keeps the key its lost write made, Proclaim's value
+// is set, Resign hands over.
+func TestTermCallsRetryPassingFailures(t *testing.T) {
+	c := etcdtest.Single(t)
+	prefix := keyspace.Prefix(fencing.DefaultRoot, "election", "retry")
+	puts := func(req any) bool { return etcdtest.PutsUnder(req, prefix) }
+	deletes := func(req any) bool { return etcdtest.DeletesUnder(req, prefix) }
+	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse} {
+		// Each step's first write gets the fault: Campaign's and Proclaim's
+		// puts, then Resign's delete.
+		var step atomic.Int32
+		var hit [3]atomic.Bool
+		r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
+			i := step.Load()
+			match := puts
+			if i == 2 {
+				match = deletes
+			}
+			if match(req) && hit[i].CompareAndSwap(false, true) {
+				return f
+			}
+			return etcdtest.Pass
+		}}
+		e := newElection(t, newSession(t, c.Client(t, r.Option())), "retry")
+		term, err := e.Campaign(etcdtest.Context(t, wait), "a")
+		if err != nil {
+			t.Fatalf("Campaign across fault %d: %v", f, err)
+		}
+		if keys := c.Keys(t, prefix); len(keys) != 1 || keys[0] != term.Key() {
+			t.Fatalf("keys %q; want only the term's %s", keys, term.Key())
+		}
+		step.Store(1)
+		if err := term.Proclaim(etcdtest.Context(t, wait), "b"); err != nil {
+			t.Fatalf("Proclaim across fault %d: %v", f, err)
+		}
+		if l, err := e.Leader(etcdtest.Context(t, wait)); err != nil || l.Value != "b" {
+			t.Fatalf("Leader after Proclaim: %+v, %v", l, err)
+		}
+		step.Store(2)
+		if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+			t.Fatalf("Resign across fault %d: %v", f, err)
+		}
+		if keys := c.Keys(t, prefix); len(keys) != 0 {
+			t.Fatalf("keys left: %q", keys)
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
+	"github.com/leasehold/leasehold/internal/keyspace"
+)
+
+// once returns a Decide that gives fault f to the first request match
+// accepts, and passes every other.
+func once(f etcdtest.Fault, match func(method string, req any) bool) func(string, any) etcdtest.Fault {
+	var done atomic.Bool
+	return func(method string, req any) etcdtest.Fault {
+		if match(method, req) && done.CompareAndSwap(false, true) {
+			return f
+		}
+		return etcdtest.Pass
+	}
+}
+
+func enqueueOf(name string) func(string, any) bool {
+	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", name)
+	return func(_ string, req any) bool { return etcdtest.PutsUnder(req, prefix) }
+}
+
+// A Lock whose enqueue was applied but whose reply was lost keeps its place
+// in the queue: it finds its own key and waits with it, ahead of a waiter
+// that queued after the lost reply, and owns with that key's revision.
+func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
+	c := etcdtest.Single(t)
+	owner := fencingtest.Lock(t, newSession(t, c.Client(t)), "lost-reply")
+	r := &etcdtest.Replies{Decide: once(etcdtest.LoseReply, enqueueOf("lost-reply"))}
+	s := newSession(t, c.Client(t, r.Option()))
+	got := make(chan *fencing.Hold, 1)
+	go func() {
+		h, err := newMutex(t, s, "lost-reply").Lock(etcdtest.Context(t, wait))
+		if err != nil {
+			t.Errorf("Lock across a lost reply: %v", err)
+		}
+		got <- h
+	}()
+	etcdtest.WaitFor(t, wait, "the lost enqueue to be applied", func() bool { return len(lockKeys(t, c, "lost-reply")) == 2 })
+	keys := lockKeys(t, c, "lost-reply")
+	if len(keys) != 2 {
+		t.Fatalf("keys %q; want the owner's and the lost enqueue's", keys)
+	}
+	first := keys[0]
+	if first == owner.Key() {
+		first = keys[1]
+	}
+	later := newSession(t, c.Client(t))
+	laterDone := make(chan error, 1)
+	go func() {
+		h, err := newMutex(t, later, "lost-reply").Lock(etcdtest.Context(t, wait))
+		if err == nil {
+			err = h.Unlock(etcdtest.Context(t, wait))
+		}
+		laterDone <- err
+	}()
+	etcdtest.WaitFor(t, wait, "the later waiter to queue", func() bool { return len(lockKeys(t, c, "lost-reply")) == 3 })
+	if err := owner.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	h := <-got
+	if h == nil {
+		t.FailNow()
+	}
+	if h.Key() != first {
+		t.Errorf("Lock owns with key %s; its lost enqueue wrote %s", h.Key(), first)
+	}
+	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-laterDone; err != nil {
+		t.Fatalf("later waiter: %v", err)
+	}
+	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(lockKeys(t, c, "lost-reply")) == 0 })
+}
+
+// A TryLock whose write was applied but whose reply was lost finds its own
+// key at the head and owns with it; a refused request is sent again.
+func TestTryLockAcrossLostAndRefusedReplies(t *testing.T) {
+	c := etcdtest.Single(t)
+	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse} {
+		r := &etcdtest.Replies{Decide: once(f, enqueueOf("try-lost"))}
+		s := newSession(t, c.Client(t, r.Option()))
+		h, err := newMutex(t, s, "try-lost").TryLock(etcdtest.Context(t, wait))
+		if err != nil {
+			t.Fatalf("TryLock across fault %d: %v", f, err)
+		}
+		if keys := lockKeys(t, c, "try-lost"); len(keys) != 1 || keys[0] != h.Key() {
+			t.Fatalf("keys %q; want only the hold's %s", keys, h.Key())
+		}
+		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Unlock sends its delete again after a lost reply or a refusal, and
+// reports success: the hold is released, its key gone.
+func TestUnlockRetriesPassingFailures(t *testing.T) {
+	c := etcdtest.Single(t)
+	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", "unlock-retry")
+	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse} {
+		r := &etcdtest.Replies{Decide: once(f, func(_ string, req any) bool { return etcdtest.DeletesUnder(req, prefix) })}
+		h := fencingtest.Lock(t, newSession(t, c.Client(t, r.Option())), "unlock-retry")
+		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+			t.Fatalf("Unlock across fault %d: %v", f, err)
+		}
+		if keys := lockKeys(t, c, "unlock-retry"); len(keys) != 0 {
+			t.Fatalf("keys left: %q", keys)
+		}
+	}
+}
+
+// S8 without a timer: an enqueue sent, given up on, and applied only after
+// its Lock failed and removed its key writes the key again; the session
+// deletes it as soon as it appears, so the queue is not blocked by a key
+// nobody waits on.
+func TestLateEnqueueLeavesNoKey(t *testing.T) {
+	c := etcdtest.Single(t)
+	owner := fencingtest.Lock(t, newSession(t, c.Client(t)), "late")
+	r := &etcdtest.Replies{Decide: once(etcdtest.Late, enqueueOf("late"))}
+	s := newSession(t, c.Client(t, r.Option()), fencing.WithTTL(60*time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := newMutex(t, s, "late").Lock(ctx)
+		done <- err
+	}()
+	etcdtest.WaitFor(t, wait, "the retried enqueue to queue", func() bool { return len(lockKeys(t, c, "late")) == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock: %v", err)
+	}
+	etcdtest.WaitFor(t, wait, "the cancelled Lock's key to go", func() bool { return len(lockKeys(t, c, "late")) == 1 })
+	r.Release() // the first enqueue arrives now, and writes the key again
+	etcdtest.WaitFor(t, wait, "the late key to be swept", func() bool { return len(lockKeys(t, c, "late")) == 1 })
+	if err := owner.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	next := fencingtest.Lock(t, newSession(t, c.Client(t)), "late") // not blocked by a ghost
+	if err := next.Unlock(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	if keys := lockKeys(t, c, "late"); len(keys) != 0 {
+		t.Fatalf("keys left: %q", keys)
+	}
+}
