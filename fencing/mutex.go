@@ -48,7 +48,12 @@ func (m *Mutex) Name() string { return m.name }
 //
 // Uncontended, it sends one request. Contended, it waits for the deletion of
 // the key just ahead of its own (so only the direct successor wakes on a
-// handoff) and survives compaction and reconnects. It returns an error
+// handoff) and survives compaction and reconnects. Routine etcd maintenance
+// does not reach the caller: a request that fails for a passing reason (a
+// lost reply, a leader change or transfer, a member restarting) is sent
+// again until ctx ends, each attempt bounded to half a second, and a repeat
+// of the enqueue that finds this call's key, written by an attempt whose
+// reply was lost, keeps that key's place in the queue. It returns an error
 // wrapping ErrSessionExpired if the session ends or its lease is found gone
 // first, or ctx's error. If someone else (an operator) deletes its queued key
 // while it waits, Lock notices when its turn comes, as the key ahead of it
@@ -58,7 +63,9 @@ func (m *Mutex) Name() string { return m.name }
 // on failure. On every failure its key is removed: at once when etcd
 // answers, otherwise in the background, which the session owns (Close waits
 // for it) and which ends when the session does (the lease then takes the
-// key).
+// key). If an attempt went unanswered, it may be applied later still, and
+// write the key again: the session deletes the key whenever it reappears,
+// for as long as the session lives (one watch per such key).
 func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 	if err := m.usable(ctx); err != nil {
 		return nil, fmt.Errorf("fencing: lock: %w", err)
@@ -71,9 +78,11 @@ func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 	return newHold(m, e, start), nil
 }
 
-// TryLock acquires the lock if nobody holds or waits for it, in one request.
-// Otherwise it returns an error wrapping ErrLocked, naming the owner, and
-// writes nothing. Its other errors are Lock's.
+// TryLock acquires the lock if nobody holds or waits for it, in one request
+// (sent again after a passing failure, as Lock's are; a repeat that finds
+// this call's own key at the head owns with it). Otherwise it returns an
+// error wrapping ErrLocked, naming the owner, and writes nothing. Its other
+// errors are Lock's.
 func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 	if err := m.usable(ctx); err != nil {
 		return nil, fmt.Errorf("fencing: trylock: %w", err)

@@ -11,6 +11,13 @@
 // liveness probe that fails while work goes on past the end of its
 // ownership.
 //
+// A guarded txn is sent once: the caller's writes need not be idempotent,
+// so the library never sends them again. Its errors say what the caller may
+// conclude: ErrNotOwner (ownership lost, nothing applied), ErrOutcomeUnknown
+// (sent, no answer: it may have been applied, or may yet be; re-read before
+// retrying), anything else (etcd refused it, or ctx ended before it was
+// sent: nothing applied).
+//
 // A watched context ends with a cause (context.Cause): fencing.ErrKeyDeleted
 // when the owner key was deleted or replaced (also wrapping
 // fencing.ErrLeaseExpired when it went with its lease), the session's Err,

@@ -78,7 +78,7 @@ func (q Queue) Acquire(ctx context.Context, s *Session, value string) (*Entry, e
 	}
 	sl := q.newSlot(s)
 	var e *Entry
-	err := retry(ctx, s.Life, &sl.unsure, func() (err error) {
+	err := retry(ctx, s.Life, &sl.unsure, func(ctx context.Context) (err error) {
 		e, err = q.Enqueue(ctx, sl.key, value, s.Lease)
 		return err
 	})
@@ -103,7 +103,7 @@ func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry
 		e     *Entry
 		owner *mvccpb.KeyValue
 	)
-	err := retry(ctx, s.Life, &sl.unsure, func() (err error) {
+	err := retry(ctx, s.Life, &sl.unsure, func(ctx context.Context) (err error) {
 		e, owner, err = q.TryEnqueue(ctx, sl.key, value, s.Lease)
 		return err
 	})
@@ -124,20 +124,33 @@ func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry
 // errTaken is TryAcquire finding the queue taken: an error for settle only.
 var errTaken = errors.New("queue taken")
 
+// AttemptTimeout bounds one attempt of a retried request. A write that
+// reaches a leader as it hands leadership over is dropped without an answer,
+// and etcd gives up on it only at its request timeout (7 s by default); a
+// new attempt reaches the new leader at once. A healthy etcd answers in
+// milliseconds; a client further than a few hundred milliseconds from its
+// cluster sees a retry per slow write (each harmless: these writes are
+// idempotent) and a slot retired per retried enqueue.
+const AttemptTimeout = 500 * time.Millisecond
+
+// errNoAnswer is an attempt that got no answer within AttemptTimeout.
+var errNoAnswer = errors.New("no answer")
+
 // Retry runs send until it succeeds, fails for good (an answer, not a
 // passing failure: see Unknown), or ctx ends, backing off between attempts;
-// it sets *unsure when an attempt's outcome is unknown. For idempotent
-// writes: Unlock, Resign, Proclaim. When ctx ends during a backoff, the
-// error is ctx's, with the last attempt's.
-func Retry(ctx context.Context, unsure *bool, send func() error) error {
+// each attempt gets at most AttemptTimeout. It sets *unsure when an
+// attempt's outcome is unknown. For idempotent writes: Unlock, Resign,
+// Proclaim. When ctx ends during a backoff, the error is ctx's, with the
+// last attempt's.
+func Retry(ctx context.Context, unsure *bool, send func(context.Context) error) error {
 	return retry(ctx, ctx, unsure, send)
 }
 
 // retry is Retry that also stops once life ends.
-func retry(ctx context.Context, life context.Context, unsure *bool, send func() error) error {
+func retry(ctx context.Context, life context.Context, unsure *bool, send func(context.Context) error) error {
 	wait := retryMin
 	for {
-		err := send()
+		err := attempt(ctx, send)
 		if err == nil {
 			return nil
 		}
@@ -145,12 +158,26 @@ func retry(ctx context.Context, life context.Context, unsure *bool, send func() 
 		if !transient(err) || ctx.Err() != nil || life.Err() != nil {
 			return err
 		}
-		pause(ctx, wait)
+		if !errors.Is(err, errNoAnswer) { // a timed-out attempt has waited enough
+			pause(ctx, wait)
+			wait = min(2*wait, retryMax)
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
 		}
-		wait = min(2*wait, retryMax)
 	}
+}
+
+// attempt runs send with a ctx that ends AttemptTimeout from now at the
+// latest.
+func attempt(ctx context.Context, send func(context.Context) error) error {
+	actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+	defer cancel()
+	err := send(actx)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		return fmt.Errorf("%w within %v: %w", errNoAnswer, AttemptTimeout, err)
+	}
+	return err
 }
 
 func usable(ctx context.Context, s *Session) error {

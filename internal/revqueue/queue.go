@@ -144,7 +144,7 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 		pred := e.pred
 		sure, err := q.waitDeleted(wctx, pred, e.predRev, e.readRev)
 		if err == nil {
-			err = q.confirm(wctx, e, !sure)
+			err = attempt(wctx, func(ctx context.Context) error { return q.confirm(ctx, e, !sure) })
 		}
 		switch {
 		case lost.Err() != nil:
@@ -180,7 +180,7 @@ func transient(err error) bool {
 	if dropped(err) {
 		return true
 	}
-	for _, t := range []error{errBadResponse, rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
+	for _, t := range []error{errBadResponse, errNoAnswer, rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
 		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrLeaderChanged, rpctypes.ErrTooManyRequests,
 		rpctypes.ErrTimeoutWaitAppliedIndex} {
 		if errors.Is(err, t) {
@@ -235,7 +235,11 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64) 
 			// the gap (a deleted key comes back as a new life, with a new
 			// create revision, behind us), and the watch sees any later
 			// delete.
-			g, err := q.Client.Get(ctx, key, clientv3.WithKeysOnly())
+			var g *clientv3.GetResponse
+			err := attempt(ctx, func(ctx context.Context) (err error) {
+				g, err = q.Client.Get(ctx, key, clientv3.WithKeysOnly())
+				return err
+			})
 			if err != nil {
 				return false, err
 			}
@@ -267,7 +271,7 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 			return err
 		}
 		if !resp.Succeeded {
-			return ErrKeyGone
+			return gone(e, resp)
 		}
 		e.pred, e.predOwner = "", false
 		return nil
@@ -281,7 +285,7 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 		return err
 	}
 	if !resp.Succeeded {
-		return ErrKeyGone
+		return gone(e, resp)
 	}
 	if err := shape(resp, 2); err != nil {
 		return err
@@ -292,6 +296,11 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 		e.setPred(pred, first(resp.Responses[1].GetResponseRange().Kvs))
 	}
 	return nil
+}
+
+// gone is ErrKeyGone for e, found missing by the read resp.
+func gone(e *Entry, resp *clientv3.TxnResponse) error {
+	return fmt.Errorf("%w: %s (created at revision %d) not found at revision %d", ErrKeyGone, e.Key, e.Rev, resp.Header.Revision)
 }
 
 func (e *Entry) setPred(pred, owner *mvccpb.KeyValue) {

@@ -1,0 +1,82 @@
+package etcdtest
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// MoveLeader hands raft leadership from the current leader to another
+// running member, as etcdctl move-leader does, and returns both indexes.
+func (c *Cluster) MoveLeader(t testing.TB) (from, to int) {
+	t.Helper()
+	from = c.WaitLeader(t)
+	to = -1
+	for k := 1; k < len(c.Members) && to < 0; k++ {
+		if i := (from + k) % len(c.Members); c.Members[i].Running() {
+			to = i
+		}
+	}
+	if to < 0 {
+		t.Fatalf("etcdtest: move leader: no other member running")
+	}
+	lead, target := c.Members[from].server(), c.Members[to].server()
+	if lead == nil || target == nil {
+		t.Fatalf("etcdtest: move leader: member stopped")
+	}
+	ctx := Context(t, adminTimeout)
+	if err := lead.Server.MoveLeader(ctx, lead.Server.Lead(), uint64(target.Server.MemberID())); err != nil {
+		t.Fatalf("etcdtest: move leader %s → %s: %v", c.Members[from].Name, c.Members[to].Name, err)
+	}
+	return from, to
+}
+
+// ReplaceMember removes member i from the cluster, wipes its data, adds it
+// back as a new member (a new ID, same name and ports) and starts it empty:
+// it catches up from the others, as a member whose disk was replaced does.
+func (c *Cluster) ReplaceMember(t testing.TB, i int) {
+	t.Helper()
+	m := c.Members[i]
+	e := m.server()
+	if e == nil {
+		t.Fatalf("etcdtest: replace %s: not running", m.Name)
+	}
+	id := uint64(e.Server.MemberID())
+	// etcd refuses to remove a member until the others have been connected
+	// for a while (after a restart, say): wait for that, as an operator does.
+	var err error
+	WaitFor(t, time.Minute, "etcd to accept the removal of "+m.Name, func() bool {
+		_, err = c.Admin.MemberRemove(Context(t, adminTimeout), id)
+		return !errors.Is(err, rpctypes.ErrUnhealthy)
+	})
+	if err != nil {
+		t.Fatalf("etcdtest: remove %s: %v", m.Name, err)
+	}
+	m.stop()
+	if err := os.RemoveAll(m.dir); err != nil {
+		t.Fatalf("etcdtest: wipe %s: %v", m.Name, err)
+	}
+	if _, err := c.Admin.MemberAdd(Context(t, adminTimeout), []string{m.PeerURL.String()}); err != nil {
+		t.Fatalf("etcdtest: add %s back: %v", m.Name, err)
+	}
+	var initial []string
+	for _, o := range c.Members {
+		initial = append(initial, o.Name+"="+o.PeerURL.String())
+	}
+	m.cluster = strings.Join(initial, ",")
+	if err := m.start("existing"); err != nil {
+		t.Fatalf("etcdtest: start %s anew: %v", m.Name, err)
+	}
+}
+
+// server returns the member's embedded etcd, or nil while it is stopped.
+func (m *Member) server() *embed.Etcd {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.etcd
+}
