@@ -17,7 +17,7 @@ func TestTermCallsRetryPassingFailures(t *testing.T) {
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "election", "retry")
 	puts := func(req any) bool { return etcdtest.PutsUnder(req, prefix) }
 	deletes := func(req any) bool { return etcdtest.DeletesUnder(req, prefix) }
-	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse} {
+	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse, etcdtest.Hang} {
 		// Each step's first write gets the fault: Campaign's and Proclaim's
 		// puts, then Resign's delete.
 		var step atomic.Int32

@@ -88,7 +88,7 @@ func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
 // key at the head and owns with it; a refused request is sent again.
 func TestTryLockAcrossLostAndRefusedReplies(t *testing.T) {
 	c := etcdtest.Single(t)
-	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse} {
+	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse, etcdtest.Hang} {
 		r := &etcdtest.Replies{Decide: once(f, enqueueOf("try-lost"))}
 		s := newSession(t, c.Client(t, r.Option()))
 		h, err := newMutex(t, s, "try-lost").TryLock(etcdtest.Context(t, wait))
@@ -104,12 +104,13 @@ func TestTryLockAcrossLostAndRefusedReplies(t *testing.T) {
 	}
 }
 
-// Unlock sends its delete again after a lost reply or a refusal, and
-// reports success: the hold is released, its key gone.
+// Unlock sends its delete again after a lost reply, a refusal, or an
+// attempt that gets no answer (without waiting out its ctx), and reports
+// success: the hold is released, its key gone.
 func TestUnlockRetriesPassingFailures(t *testing.T) {
 	c := etcdtest.Single(t)
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", "unlock-retry")
-	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse} {
+	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse, etcdtest.Hang} {
 		r := &etcdtest.Replies{Decide: once(f, func(_ string, req any) bool { return etcdtest.DeletesUnder(req, prefix) })}
 		h := fencingtest.Lock(t, newSession(t, c.Client(t, r.Option())), "unlock-retry")
 		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {

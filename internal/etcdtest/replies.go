@@ -28,6 +28,9 @@ const (
 	// request only when Replies.Release is called: a request applied long
 	// after its caller gave up on it.
 	Late
+	// Hang does not send the request and never answers: the call returns
+	// when its ctx ends, as one dropped by a leader handing over does.
+	Hang
 )
 
 // Replies injects faults into a client's requests, real requests to a real
@@ -76,6 +79,9 @@ func (r *Replies) intercept(ctx context.Context, method string, req, reply any, 
 		return rpctypes.ErrGRPCTimeout
 	case Refuse:
 		return rpctypes.ErrGRPCNoLeader
+	case Hang:
+		<-ctx.Done()
+		return ctx.Err()
 	case Late:
 		r.pending.Add(1)
 		r.mu.Lock()
