@@ -54,7 +54,7 @@ func New(s *fencing.Session, name string) (*Election, error) {
 	if l == nil {
 		return nil, fmt.Errorf("election: New: %w: session not made by fencing.NewSession", fencing.ErrInvalidArgument)
 	}
-	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: keyspace.Prefix(l.Root, "election", name)}}, nil
+	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: keyspace.Prefix(l.Root, "election", name), Latency: l.Latency}}, nil
 }
 
 // Name returns the election's name.

@@ -94,7 +94,7 @@ func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 	}
 	var resp *clientv3.TxnResponse
 	var unsure bool // the same put again is harmless
-	err := revqueue.Retry(ctx, &unsure, func(ctx context.Context) (err error) {
+	err := revqueue.Retry(ctx, t.link.Latency, &unsure, func(ctx context.Context) (err error) {
 		resp, err = t.s.Client().Txn(ctx).If(t.isOwner()).
 			Then(clientv3.OpPut(t.key, value, clientv3.WithLease(t.s.Lease()))).Commit()
 		return err
@@ -167,7 +167,7 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 	// proves the term already lost.
 	var resp *clientv3.DeleteResponse
 	lost := false // an attempt went unanswered: it may be the one that deleted
-	err := revqueue.Retry(ctx, &lost, func(ctx context.Context) (err error) {
+	err := revqueue.Retry(ctx, t.link.Latency, &lost, func(ctx context.Context) (err error) {
 		resp, err = t.s.Client().Delete(ctx, t.key)
 		return err
 	})

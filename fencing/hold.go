@@ -112,7 +112,7 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	// late, onto the key's next life: then the key is never reused).
 	var resp *clientv3.DeleteResponse
 	lost := false // an attempt went unanswered: it may be the one that deleted
-	err := revqueue.Retry(ctx, &lost, func(ctx context.Context) (err error) {
+	err := revqueue.Retry(ctx, h.s.link.Latency, &lost, func(ctx context.Context) (err error) {
 		resp, err = h.s.cli.Delete(ctx, h.key)
 		return err
 	})

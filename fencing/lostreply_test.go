@@ -156,3 +156,26 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 		t.Fatalf("keys left: %q", keys)
 	}
 }
+
+// A client much further from etcd than the session has seen so far (800 ms
+// round trips, past the half-second floor of an attempt) is slowed, not cut
+// off: an attempt that got no answer in its time is followed by one with
+// twice as long, and each answer teaches the session the link's speed.
+func TestSlowLinkIsNotCutShort(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli, link := c.ProxiedClient(t)
+	s := newSession(t, cli)
+	link.Delay(400 * time.Millisecond)
+	for i := range 2 {
+		m := newMutex(t, s, "slow-link")
+		h, err := m.Lock(etcdtest.Context(t, wait))
+		if err != nil {
+			t.Fatalf("Lock %d over a slow link: %v", i, err)
+		}
+		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+			t.Fatalf("Unlock %d over a slow link: %v", i, err)
+		}
+	}
+	link.Restore()
+	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(lockKeys(t, c, "slow-link")) == 0 })
+}

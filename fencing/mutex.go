@@ -36,7 +36,7 @@ func NewMutex(s *Session, name string) (*Mutex, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fencing: NewMutex: %w", err)
 	}
-	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, "lock", name)}}, nil
+	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, "lock", name), Latency: s.link.Latency}}, nil
 }
 
 // Name returns the lock's name.
@@ -51,13 +51,15 @@ func (m *Mutex) Name() string { return m.name }
 // handoff) and survives compaction and reconnects. Routine etcd maintenance
 // does not reach the caller: a request that fails for a passing reason (a
 // lost reply, a leader change or transfer, a member restarting) is sent
-// again until ctx ends, each attempt bounded to half a second, and a repeat
-// of the enqueue that finds this call's key, written by an attempt whose
-// reply was lost, keeps that key's place in the queue. It returns an error
-// wrapping ErrSessionExpired if the session ends or its lease is found gone
-// first, or ctx's error. If someone else (an operator) deletes its queued key
-// while it waits, Lock notices when its turn comes, as the key ahead of it
-// goes, and then returns ErrKeyDeleted; it does not queue again.
+// again until ctx ends, each attempt bounded to four times the usual request
+// time (at least half a second, longer after an attempt that got no
+// answer), and a repeat of the enqueue that finds this call's key, written
+// by an attempt whose reply was lost, keeps that key's place in the queue.
+// It returns an error wrapping ErrSessionExpired if the session ends or its
+// lease is found gone first, or ctx's error. If someone else (an operator)
+// deletes its queued key while it waits, Lock notices when its turn comes,
+// as the key ahead of it goes, and then returns ErrKeyDeleted; it does not
+// queue again.
 //
 // Lock returns by ctx's deadline, plus at most 25 ms spent removing its key
 // on failure. On every failure its key is removed: at once when etcd

@@ -90,7 +90,9 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 		},
 		Reject:       s.reject,
 		AcquireError: func(err error) error { return acquireError(s, err) },
+		Latency:      new(sessionlink.Latency),
 	}
+	s.link.Latency.Observe(time.Since(sent)) // the grant's round trip
 	s.ctx, s.cancel = sessionlink.With(life, s.link), cancel
 	s.link.Life = s.ctx
 	s.closingCtx, s.closing = context.WithCancel(context.Background())
@@ -279,6 +281,7 @@ func (s *Session) keepAlive() {
 		cancel()
 		switch {
 		case err == nil:
+			s.link.Latency.Observe(time.Since(sent))
 			if s.renewed(sent, time.Duration(resp.TTL)*time.Second) {
 				s.reportRenewal(sent, nil)
 			}

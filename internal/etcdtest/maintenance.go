@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"context"
 	"errors"
 	"os"
 	"strings"
@@ -13,27 +14,38 @@ import (
 
 // MoveLeader hands raft leadership from the current leader to another
 // running member, as etcdctl move-leader does, and returns both indexes.
+// etcd refuses a transferee that has not caught up (after a restart, say):
+// it is asked again until the transfer is made.
 func (c *Cluster) MoveLeader(t testing.TB) (from, to int) {
 	t.Helper()
-	from = c.WaitLeader(t)
-	to = -1
+	var err error
+	WaitFor(t, time.Minute, "a leader transfer", func() bool {
+		from, to, err = c.moveLeader()
+		return err == nil
+	})
+	return from, to
+}
+
+func (c *Cluster) moveLeader() (from, to int, err error) {
+	from, to = c.Leader(), -1
+	if from < 0 {
+		return from, to, errors.New("no leader")
+	}
 	for k := 1; k < len(c.Members) && to < 0; k++ {
 		if i := (from + k) % len(c.Members); c.Members[i].Running() {
 			to = i
 		}
 	}
 	if to < 0 {
-		t.Fatalf("etcdtest: move leader: no other member running")
+		return from, to, errors.New("no other member running")
 	}
 	lead, target := c.Members[from].server(), c.Members[to].server()
 	if lead == nil || target == nil {
-		t.Fatalf("etcdtest: move leader: member stopped")
+		return from, to, errors.New("member stopped")
 	}
-	ctx := Context(t, adminTimeout)
-	if err := lead.Server.MoveLeader(ctx, lead.Server.Lead(), uint64(target.Server.MemberID())); err != nil {
-		t.Fatalf("etcdtest: move leader %s → %s: %v", c.Members[from].Name, c.Members[to].Name, err)
-	}
-	return from, to
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	return from, to, lead.Server.MoveLeader(ctx, lead.Server.Lead(), uint64(target.Server.MemberID()))
 }
 
 // ReplaceMember removes member i from the cluster, wipes its data, adds it
@@ -61,7 +73,11 @@ func (c *Cluster) ReplaceMember(t testing.TB, i int) {
 	if err := os.RemoveAll(m.dir); err != nil {
 		t.Fatalf("etcdtest: wipe %s: %v", m.Name, err)
 	}
-	if _, err := c.Admin.MemberAdd(Context(t, adminTimeout), []string{m.PeerURL.String()}); err != nil {
+	WaitFor(t, time.Minute, "etcd to accept "+m.Name+" back", func() bool {
+		_, err = c.Admin.MemberAdd(Context(t, adminTimeout), []string{m.PeerURL.String()})
+		return !errors.Is(err, rpctypes.ErrUnhealthy)
+	})
+	if err != nil {
 		t.Fatalf("etcdtest: add %s back: %v", m.Name, err)
 	}
 	var initial []string

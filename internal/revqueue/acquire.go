@@ -78,7 +78,7 @@ func (q Queue) Acquire(ctx context.Context, s *Session, value string) (*Entry, e
 	}
 	sl := q.newSlot(s)
 	var e *Entry
-	err := retry(ctx, s.Life, &sl.unsure, func(ctx context.Context) (err error) {
+	err := retry(ctx, s.Life, q.Latency, &sl.unsure, func(ctx context.Context) (err error) {
 		e, err = q.Enqueue(ctx, sl.key, value, s.Lease)
 		return err
 	})
@@ -103,7 +103,7 @@ func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry
 		e     *Entry
 		owner *mvccpb.KeyValue
 	)
-	err := retry(ctx, s.Life, &sl.unsure, func(ctx context.Context) (err error) {
+	err := retry(ctx, s.Life, q.Latency, &sl.unsure, func(ctx context.Context) (err error) {
 		e, owner, err = q.TryEnqueue(ctx, sl.key, value, s.Lease)
 		return err
 	})
@@ -124,33 +124,48 @@ func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry
 // errTaken is TryAcquire finding the queue taken: an error for settle only.
 var errTaken = errors.New("queue taken")
 
-// AttemptTimeout bounds one attempt of a retried request. A write that
-// reaches a leader as it hands leadership over is dropped without an answer,
-// and etcd gives up on it only at its request timeout (7 s by default); a
-// new attempt reaches the new leader at once. A healthy etcd answers in
-// milliseconds; a client further than a few hundred milliseconds from its
-// cluster sees a retry per slow write (each harmless: these writes are
-// idempotent) and a slot retired per retried enqueue.
-const AttemptTimeout = 500 * time.Millisecond
+// AttemptFloor is the least time one attempt of a retried request gets;
+// more when requests are slow (see attemptTimeout). A write that reaches a
+// leader as it hands leadership over is dropped without an answer, and etcd
+// gives up on it only at its request timeout (7 s by default): a new
+// attempt reaches the new leader at once.
+const AttemptFloor = 500 * time.Millisecond
 
-// errNoAnswer is an attempt that got no answer within AttemptTimeout.
+// attemptCeiling caps the growth of an attempt's time.
+const attemptCeiling = 8 * time.Second
+
+// attemptTimeout is how long attempt n (from 0) of a request may wait for
+// its answer: four times the usual request time, at least AttemptFloor,
+// doubled for each earlier attempt that got no answer (a link slower than
+// the estimate), at most attemptCeiling. The estimate learns from every
+// answer, so a client far from its cluster is not cut short for long.
+func attemptTimeout(lat *sessionlink.Latency, n int) time.Duration {
+	d := max(AttemptFloor, 4*lat.Get())
+	for range n {
+		if d *= 2; d >= attemptCeiling {
+			return attemptCeiling
+		}
+	}
+	return min(d, attemptCeiling)
+}
+
+// errNoAnswer is an attempt that got no answer in its time.
 var errNoAnswer = errors.New("no answer")
 
 // Retry runs send until it succeeds, fails for good (an answer, not a
 // passing failure: see Unknown), or ctx ends, backing off between attempts;
-// each attempt gets at most AttemptTimeout. It sets *unsure when an
-// attempt's outcome is unknown. For idempotent writes: Unlock, Resign,
-// Proclaim. When ctx ends during a backoff, the error is ctx's, with the
-// last attempt's.
-func Retry(ctx context.Context, unsure *bool, send func(context.Context) error) error {
-	return retry(ctx, ctx, unsure, send)
+// each attempt gets attemptTimeout. It sets *unsure when an attempt's
+// outcome is unknown. For idempotent writes: Unlock, Resign, Proclaim. When
+// ctx ends during a backoff, the error is ctx's, with the last attempt's.
+func Retry(ctx context.Context, lat *sessionlink.Latency, unsure *bool, send func(context.Context) error) error {
+	return retry(ctx, ctx, lat, unsure, send)
 }
 
 // retry is Retry that also stops once life ends.
-func retry(ctx context.Context, life context.Context, unsure *bool, send func(context.Context) error) error {
-	wait := retryMin
+func retry(ctx, life context.Context, lat *sessionlink.Latency, unsure *bool, send func(context.Context) error) error {
+	wait, unanswered := retryMin, 0
 	for {
-		err := attempt(ctx, send)
+		err := attempt(ctx, lat, unanswered, send)
 		if err == nil {
 			return nil
 		}
@@ -158,7 +173,9 @@ func retry(ctx context.Context, life context.Context, unsure *bool, send func(co
 		if !transient(err) || ctx.Err() != nil || life.Err() != nil {
 			return err
 		}
-		if !errors.Is(err, errNoAnswer) { // a timed-out attempt has waited enough
+		if errors.Is(err, errNoAnswer) {
+			unanswered++ // it has waited enough: no backoff
+		} else {
 			pause(ctx, wait)
 			wait = min(2*wait, retryMax)
 		}
@@ -168,14 +185,23 @@ func retry(ctx context.Context, life context.Context, unsure *bool, send func(co
 	}
 }
 
-// attempt runs send with a ctx that ends AttemptTimeout from now at the
-// latest.
-func attempt(ctx context.Context, send func(context.Context) error) error {
-	actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+// attempt runs send with a ctx cancelled after attemptTimeout(lat, n), and
+// feeds the time of an answered attempt to lat.
+func attempt(ctx context.Context, lat *sessionlink.Latency, n int, send func(context.Context) error) error {
+	// A timer that cancels, not a deadline: a deadline travels with the
+	// request (grpc-timeout) and costs both ends a timer per request.
+	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	d := attemptTimeout(lat, n)
+	t := time.AfterFunc(d, cancel)
+	defer t.Stop()
+	start := time.Now()
 	err := send(actx)
-	if err != nil && ctx.Err() == nil && actx.Err() != nil {
-		return fmt.Errorf("%w within %v: %w", errNoAnswer, AttemptTimeout, err)
+	switch {
+	case err == nil:
+		lat.Observe(time.Since(start))
+	case ctx.Err() == nil && actx.Err() != nil:
+		return fmt.Errorf("%w within %v: %w", errNoAnswer, d, err)
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -34,6 +35,8 @@ var ErrLost = errors.New("session lost while waiting")
 type Queue struct {
 	Client *clientv3.Client
 	Prefix string
+	// Latency, if set, estimates a request's time, to bound each attempt.
+	Latency *sessionlink.Latency
 }
 
 // Entry is one waiter's place in a queue.
@@ -139,12 +142,17 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(lost, cancel)()
-	retry := retryMin
+	retry, unanswered := retryMin, 0
 	for !e.Owner() {
 		pred := e.pred
 		sure, err := q.waitDeleted(wctx, pred, e.predRev, e.readRev)
 		if err == nil {
-			err = attempt(wctx, func(ctx context.Context) error { return q.confirm(ctx, e, !sure) })
+			err = attempt(wctx, q.Latency, unanswered, func(ctx context.Context) error { return q.confirm(ctx, e, !sure) })
+		}
+		if errors.Is(err, errNoAnswer) {
+			unanswered++
+		} else {
+			unanswered = 0
 		}
 		switch {
 		case lost.Err() != nil:
@@ -236,7 +244,7 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64) 
 			// create revision, behind us), and the watch sees any later
 			// delete.
 			var g *clientv3.GetResponse
-			err := attempt(ctx, func(ctx context.Context) (err error) {
+			err := attempt(ctx, q.Latency, 0, func(ctx context.Context) (err error) {
 				g, err = q.Client.Get(ctx, key, clientv3.WithKeysOnly())
 				return err
 			})

@@ -8,6 +8,7 @@ package sessionlink
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
@@ -48,6 +49,9 @@ type Link struct {
 	Reject func(name string, rev int64, cause error)
 	// AcquireError maps why an acquire failed to fencing's sentinels.
 	AcquireError func(err error) error
+	// Latency estimates how long a request takes, to bound each attempt
+	// of a retried one.
+	Latency *Latency
 }
 
 // Tenure is one reported ownership: Release or Lose reports its end, and
@@ -113,4 +117,35 @@ func (p *KeyPool) Put(prefix string, slot uint64) {
 		p.free = map[string][]uint64{}
 	}
 	p.free[prefix] = append(p.free[prefix], slot)
+}
+
+// Latency is a smoothed estimate of how long a request to etcd takes, fed
+// by the session's keepalives and by the library's own requests. The zero
+// value is ready; a nil *Latency estimates zero.
+type Latency struct{ ns atomic.Int64 }
+
+// Observe folds one measured request time in, with weight 1/8 (as TCP
+// smooths its round-trip time).
+func (l *Latency) Observe(d time.Duration) {
+	if l == nil {
+		return
+	}
+	for {
+		old := l.ns.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if l.ns.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// Get returns the estimate.
+func (l *Latency) Get() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return time.Duration(l.ns.Load())
 }
