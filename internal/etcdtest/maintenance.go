@@ -64,6 +64,9 @@ func (c *Cluster) ReplaceMember(t testing.TB, i int) {
 	var err error
 	WaitFor(t, time.Minute, "etcd to accept the removal of "+m.Name, func() bool {
 		_, err = c.Admin.MemberRemove(Context(t, adminTimeout), id)
+		if err != nil && !c.isMember(t, id) {
+			err = nil // applied: the member served its own removal, and stopped before answering
+		}
 		return !errors.Is(err, rpctypes.ErrUnhealthy)
 	})
 	if err != nil {
@@ -88,6 +91,21 @@ func (c *Cluster) ReplaceMember(t testing.TB, i int) {
 	if err := m.start("existing"); err != nil {
 		t.Fatalf("etcdtest: start %s anew: %v", m.Name, err)
 	}
+}
+
+// isMember reports whether the cluster still lists member id (true when it
+// cannot tell).
+func (c *Cluster) isMember(t testing.TB, id uint64) bool {
+	resp, err := c.Admin.MemberList(Context(t, adminTimeout))
+	if err != nil {
+		return true
+	}
+	for _, m := range resp.Members {
+		if m.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // server returns the member's embedded etcd, or nil while it is stopped.
