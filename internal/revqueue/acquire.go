@@ -256,8 +256,12 @@ func rejected(err error) bool {
 }
 
 // dropped reports a proposal raft refused to take (a leader stepping down,
-// a full proposal queue): etcd passes it on as text.
-func dropped(err error) bool { return strings.Contains(err.Error(), "raft proposal dropped") }
+// a full proposal queue, a member shutting down): etcd passes these on as
+// text, and nothing was applied.
+func dropped(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "raft proposal dropped") || strings.Contains(msg, "raft: stopped")
+}
 
 // Unknown reports whether a write that failed with err may yet have been
 // applied: the request may have reached etcd and its reply been lost (a

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,8 +28,9 @@ import (
 // replaced by an empty one, while 5 workers lock and make guarded
 // increments and 3 replicas run an election. What callers see is counted
 // by operation and error; the target for leasehold is no error at all
-// except the caller's own deadlines, and guarded increments that either
-// commit or say their outcome is unknown (each then settled by a re-read).
+// except the caller's own deadlines, and guarded increments that commit, say
+// their outcome is unknown, or are refused with nothing applied: the
+// counter's history checks each.
 //
 // Short by default (one round of restarts, 4 transfers); with
 // LEASEHOLD_MAINTENANCE_LONG=1, two rounds and 20 transfers.
@@ -43,8 +45,8 @@ func TestMaintenance(t *testing.T) {
 			for kind, n := range m.errs {
 				t.Errorf("%d× %s", n, kind)
 			}
-			if m.counter != m.increments {
-				t.Errorf("violation: counter %d, increments committed %d", m.counter, m.increments)
+			for _, v := range m.violations[:min(len(m.violations), 10)] {
+				t.Errorf("violation: %s", v)
 			}
 			if len(m.keysLeft) != 0 {
 				t.Errorf("keys left: %q", m.keysLeft)
@@ -66,11 +68,14 @@ type maintenance struct {
 	impl string
 
 	mu           sync.Mutex
-	errs         map[string]int // "op: error" → count; none of them the caller's own ctx
-	ownCtx       int            // calls that ended with the caller's own deadline
-	increments   int            // guarded increments known committed
-	unknown      int            // increments whose outcome was unknown (then settled)
-	refused      map[string]int // guarded increments refused by etcd, nothing applied, by error
+	errs         map[string]int  // "op: error" → count; none of them the caller's own ctx
+	ownCtx       int             // calls that ended with the caller's own deadline
+	increments   int             // guarded increments acknowledged
+	ids          int             // the last increment's id
+	acked        map[string]bool // ids of acknowledged increments
+	unknown      map[string]bool // ids of increments whose outcome was unknown
+	refusedIDs   map[string]bool // ids of increments etcd refused: nothing applied
+	refused      map[string]int  // guarded increments refused by etcd, by error
 	acquired     int
 	terms        int
 	runWarnings  int
@@ -78,13 +83,17 @@ type maintenance struct {
 	longestGap   time.Duration // from an Unlock's start to the next owner
 	faults       []string
 
-	counter  int
-	keysLeft []string
+	counter       int      // the counter's final value
+	puts          int      // increments in the counter's history
+	unknownLanded int      // unknown-outcome increments found in the history
+	violations    []string // lost updates, acknowledged writes missing, refused ones applied
+	keysLeft      []string
 }
 
 func runMaintenance(t *testing.T, impl string) *maintenance {
 	c := etcdtest.Three(t)
-	m := &maintenance{impl: impl, errs: map[string]int{}, refused: map[string]int{}}
+	m := &maintenance{impl: impl, errs: map[string]int{}, refused: map[string]int{},
+		acked: map[string]bool{}, unknown: map[string]bool{}, refusedIDs: map[string]bool{}}
 	t.Cleanup(func() {
 		if t.Failed() { // what the queue looked like when the test gave up
 			logKeys(t, c)
@@ -309,37 +318,37 @@ func (m *maintenance) concurrencyWorker(ctx context.Context, cli *clientv3.Clien
 }
 
 // increment reads the counter and writes it plus one with write, under the
-// lock. An outcome said to be unknown is settled by reading again, as the
-// guard documentation asks.
+// lock, tagged with an id of its own: the counter's history says, at the
+// end, which increments landed, whatever their callers were told.
 func (m *maintenance) increment(ctx context.Context, cli *clientv3.Client, write func(context.Context, string) error) {
 	n, ok := m.read(ctx, cli)
 	if !ok {
 		return
 	}
+	m.mu.Lock()
+	m.ids++
+	id := fmt.Sprint("i", m.ids)
+	m.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := write(wctx, strconv.Itoa(n+1))
+	err := write(wctx, fmt.Sprint(n+1, " ", id))
 	cancel()
+	if err != nil && (errors.Is(err, guard.ErrNotOwner) || m.impl != "leasehold") {
+		m.fail(ctx, wctx, "guarded put", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	switch {
 	case err == nil:
-		m.mu.Lock()
 		m.increments++
-		m.mu.Unlock()
+		m.acked[id] = true
 	case errors.Is(err, guard.ErrOutcomeUnknown):
-		after, ok := m.read(ctx, cli)
-		m.mu.Lock()
-		m.unknown++
-		if ok && after == n+1 {
-			m.increments++
-		}
-		m.mu.Unlock()
-	case errors.Is(err, guard.ErrNotOwner) || m.impl != "leasehold":
-		m.fail(ctx, wctx, "guarded put", err)
-	case ctx.Err() != nil: // the run is over
+		m.unknown[id] = true // it may land, even later: the history tells
+	case errors.Is(err, guard.ErrNotOwner) || m.impl != "leasehold" || ctx.Err() != nil:
+		// counted by fail above, or the run is over
 	default:
-		// A definite failure: nothing applied, the counter unchanged.
-		m.mu.Lock()
+		// A definite failure: nothing may be applied.
+		m.refusedIDs[id] = true
 		m.refused[normalize(err)]++
-		m.mu.Unlock()
 	}
 }
 
@@ -356,10 +365,17 @@ func (m *maintenance) read(ctx context.Context, cli *clientv3.Client) (int, bool
 		if len(resp.Kvs) == 0 {
 			return 0, true
 		}
-		n, err := strconv.Atoi(string(resp.Kvs[0].Value))
+		n, _, err := parseIncrement(resp.Kvs[0].Value)
 		return n, err == nil
 	}
 	return 0, false
+}
+
+// parseIncrement splits a counter value, "n id".
+func parseIncrement(v []byte) (int, string, error) {
+	n, id, _ := strings.Cut(string(v), " ")
+	i, err := strconv.Atoi(n)
+	return i, id, err
 }
 
 // replica runs an election.Run (or, for the baseline, a Campaign loop)
@@ -437,15 +453,55 @@ func (m *maintenance) concurrencyCandidate(ctx context.Context, cli *clientv3.Cl
 	}
 }
 
-// settle reads the counter and the keys left once everything stopped.
+// settle checks the counter's history and lists the keys left, once
+// everything stopped: every put must be the one before plus one (else an
+// update was lost), every acknowledged increment must be there, no refused
+// one may be.
 func (m *maintenance) settle(t *testing.T, c *etcdtest.Cluster) {
 	ctx := etcdtest.Context(t, time.Minute)
-	resp, err := c.Admin.Get(ctx, maintCounter)
+	now, err := c.Admin.Get(ctx, maintCounter)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.Kvs) > 0 {
-		m.counter, _ = strconv.Atoi(string(resp.Kvs[0].Value))
+	seen := map[string]bool{}
+	var last int64 // the counter's last write: the history ends there
+	if len(now.Kvs) > 0 {
+		last = now.Kvs[0].ModRevision
+	}
+	wch := c.Admin.Watch(ctx, maintCounter, clientv3.WithRev(1))
+	for resp := range wch {
+		if last == 0 {
+			break
+		}
+		if err := resp.Err(); err != nil {
+			t.Fatalf("counter history: %v", err)
+		}
+		for _, ev := range resp.Events {
+			n, id, err := parseIncrement(ev.Kv.Value)
+			if err != nil || n != m.counter+1 {
+				m.violations = append(m.violations, fmt.Sprintf("put %q at revision %d after %d: an update was lost", ev.Kv.Value, ev.Kv.ModRevision, m.counter))
+			}
+			m.counter, seen[id] = n, true
+			m.puts++
+		}
+		if n := len(resp.Events); n > 0 && resp.Events[n-1].Kv.ModRevision >= last {
+			break
+		}
+	}
+	for id := range m.acked {
+		if !seen[id] {
+			m.violations = append(m.violations, "acknowledged increment "+id+" is not in the history")
+		}
+	}
+	for id := range m.refusedIDs {
+		if seen[id] {
+			m.violations = append(m.violations, "refused increment "+id+" was applied")
+		}
+	}
+	for id := range m.unknown {
+		if seen[id] {
+			m.unknownLanded++
+		}
 	}
 	prefix := fencing.DefaultRoot
 	if m.impl != "leasehold" {
@@ -456,8 +512,8 @@ func (m *maintenance) settle(t *testing.T, c *etcdtest.Cluster) {
 
 func (m *maintenance) report(t *testing.T) {
 	t.Logf("%s: faults: %q", m.impl, m.faults)
-	t.Logf("%s: %d acquisitions, %d increments committed (counter %d), %d with an unknown outcome (settled by a re-read), %d election terms",
-		m.impl, m.acquired, m.increments, m.counter, m.unknown, m.terms)
+	t.Logf("%s: %d acquisitions, %d increments acknowledged, %d in the history (counter %d), %d with an unknown outcome (%d of them landed), %d violations, %d election terms",
+		m.impl, m.acquired, m.increments, m.puts, m.counter, len(m.unknown), m.unknownLanded, len(m.violations), m.terms)
 	for k, n := range m.refused {
 		t.Logf("%s: guarded increment refused %d× (nothing applied): %s", m.impl, n, k)
 	}
