@@ -103,7 +103,7 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error)
 // term makes the Term of a won campaign, started at start.
 func (e *Election) term(l *sessionlink.Link, entry *revqueue.Entry, value string, start time.Time) *Term {
 	t := fencing.Token{Name: e.name, Revision: entry.Rev}
-	term := &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key,
+	term := &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key, modRev: entry.Rev,
 		life: l.Track(string(fencing.KindElection), e.name, entry.Rev, entry.Key, time.Since(start))}
 	term.value.Store(&value)
 	return term

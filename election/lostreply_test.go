@@ -57,3 +57,41 @@ func TestTermCallsRetryPassingFailures(t *testing.T) {
 		}
 	}
 }
+
+// An attempt of a Proclaim, given up and applied late, does not undo a later
+// Proclaim: it finds the key written since, and writes nothing. Found by
+// review: the put compared only the key's create revision.
+func TestLateProclaimDoesNotRevertValue(t *testing.T) {
+	c := etcdtest.Single(t)
+	prefix := keyspace.Prefix(fencing.DefaultRoot, "election", "late-proclaim")
+	var armed, hit atomic.Bool
+	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
+		if armed.Load() && etcdtest.PutsUnder(req, prefix) && hit.CompareAndSwap(false, true) {
+			return etcdtest.Late
+		}
+		return etcdtest.Pass
+	}}
+	e := newElection(t, newSession(t, c.Client(t, r.Option())), "late-proclaim")
+	term, err := e.Campaign(etcdtest.Context(t, wait), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	if err := term.Proclaim(etcdtest.Context(t, wait), "b"); err != nil { // its first attempt held back, then retried
+		t.Fatal(err)
+	}
+	if err := term.Proclaim(etcdtest.Context(t, wait), "c"); err != nil {
+		t.Fatal(err)
+	}
+	r.Release() // the given-up "b" arrives now
+	l, err := e.Leader(etcdtest.Context(t, wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Value != "c" || term.Value() != "c" {
+		t.Errorf("after Proclaim(b), Proclaim(c): observers see %q, Term.Value %q; want c", l.Value, term.Value())
+	}
+	if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+}

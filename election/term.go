@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	"github.com/leasehold/leasehold/internal/sessionlink"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,6 +30,7 @@ type Term struct {
 	value    atomic.Pointer[string] // the last value written: read without mu, which Proclaim holds over a request
 	resigned atomic.Bool            // set once Resign succeeded or found the term lost
 	unsure   bool                   // guarded by mu: a delete failed, and may yet be applied
+	modRev   int64                  // guarded by mu: the key's last write this term knows of
 
 	// ctxMu is separate from mu: Proclaim and Resign hold mu over a request,
 	// and Context must never wait for the network.
@@ -92,22 +94,57 @@ func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 	if t.resigned.Load() {
 		return nil, fmt.Errorf("election: proclaim %v: %w: resigned", t.token, ErrNotLeader)
 	}
-	var resp *clientv3.TxnResponse
-	var unsure bool // the same put again is harmless
+	var lostAt int64 // revision of a read that found the term lost
+	var unsure bool
 	err := revqueue.Retry(ctx, t.link.Latency, &unsure, func(ctx context.Context) (err error) {
-		resp, err = t.s.Client().Txn(ctx).If(t.isOwner()).
-			Then(clientv3.OpPut(t.key, value, clientv3.WithLease(t.s.Lease()))).Commit()
+		lostAt, err = t.put(ctx, value)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("election: proclaim %v: %w", t.token, err)
 	}
-	if !resp.Succeeded {
-		return fmt.Errorf("%w: proclaim failed its ownership compare at revision %d", fencing.ErrKeyDeleted, resp.Header.Revision),
-			fmt.Errorf("election: proclaim %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
+	if lostAt != 0 {
+		return fmt.Errorf("%w: proclaim failed its ownership compare at revision %d", fencing.ErrKeyDeleted, lostAt),
+			fmt.Errorf("election: proclaim %v at revision %d: %w: %w", t.token, lostAt, ErrNotLeader, guard.ErrNotOwner)
 	}
 	t.value.Store(&value)
 	return nil, nil
+}
+
+// put writes value over the key's last known write, in one guarded txn. The
+// compare on that write's revision keeps an attempt of an earlier Proclaim,
+// given up and applied late, from undoing a later one: it finds the key
+// written since, and writes nothing. When the compare fails, put reads the
+// key: gone or replaced, the term is lost (it returns the revision of that
+// read); holding value, a lost attempt of this call landed; otherwise it
+// writes again over what it found. Called with t.mu held.
+func (t *Term) put(ctx context.Context, value string) (lostAt int64, _ error) {
+	for {
+		resp, err := t.s.Client().Txn(ctx).
+			If(t.isOwner(), clientv3.Compare(clientv3.ModRevision(t.key), "=", t.modRev)).
+			Then(clientv3.OpPut(t.key, value, clientv3.WithLease(t.s.Lease()))).
+			Else(clientv3.OpGet(t.key)).Commit()
+		if err != nil {
+			return 0, err
+		}
+		if resp.Succeeded {
+			t.modRev = resp.Header.Revision
+			return 0, nil
+		}
+		var kv *mvccpb.KeyValue
+		if len(resp.Responses) > 0 {
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				kv = kvs[0]
+			}
+		}
+		if kv == nil || kv.CreateRevision != t.token.Revision {
+			return resp.Header.Revision, nil
+		}
+		t.modRev = kv.ModRevision
+		if string(kv.Value) == value {
+			return 0, nil
+		}
+	}
 }
 
 // usable returns fencing.ErrInvalidArgument for a nil ctx, or a term

@@ -83,8 +83,9 @@ func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 // TryLock acquires the lock if nobody holds or waits for it, in one request
 // (sent again after a passing failure, as Lock's are; a repeat that finds
 // this call's own key at the head owns with it). Otherwise it returns an
-// error wrapping ErrLocked, naming the owner, and writes nothing. Its other
-// errors are Lock's.
+// error wrapping ErrLocked, naming the owner, and writes nothing (an attempt
+// that went unanswered and lands later is deleted, as Lock's are). Its
+// other errors are Lock's.
 func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 	if err := m.usable(ctx); err != nil {
 		return nil, fmt.Errorf("fencing: trylock: %w", err)

@@ -44,8 +44,9 @@ type Replies struct {
 	pending sync.WaitGroup
 }
 
-// Option returns the ClientOption that puts r in front of the client's
-// calls, outside clientv3's own retries.
+// Option returns the ClientOption that puts r in the client's calls. It runs
+// inside clientv3's own retry interceptor: clientv3 may retry a refused or
+// unanswered read itself; it does not retry writes (txns, puts, deletes).
 func (r *Replies) Option() ClientOption {
 	return func(cfg *clientv3.Config) {
 		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(r.intercept))

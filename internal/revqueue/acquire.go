@@ -165,7 +165,7 @@ func Retry(ctx context.Context, lat *sessionlink.Latency, unsure *bool, send fun
 func retry(ctx, life context.Context, lat *sessionlink.Latency, unsure *bool, send func(context.Context) error) error {
 	wait, unanswered := retryMin, 0
 	for {
-		err := attempt(ctx, lat, unanswered, send)
+		err := attempt(ctx, life, lat, unanswered, send)
 		if err == nil {
 			return nil
 		}
@@ -185,13 +185,16 @@ func retry(ctx, life context.Context, lat *sessionlink.Latency, unsure *bool, se
 	}
 }
 
-// attempt runs send with a ctx cancelled after attemptTimeout(lat, n), and
-// feeds the time of an answered attempt to lat.
-func attempt(ctx context.Context, lat *sessionlink.Latency, n int, send func(context.Context) error) error {
+// attempt runs send with a ctx cancelled after attemptTimeout(lat, n), or
+// once life ends, and feeds the time of an answered attempt to lat.
+func attempt(ctx, life context.Context, lat *sessionlink.Latency, n int, send func(context.Context) error) error {
 	// A timer that cancels, not a deadline: a deadline travels with the
 	// request (grpc-timeout) and costs both ends a timer per request.
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if life != ctx {
+		defer context.AfterFunc(life, cancel)()
+	}
 	d := attemptTimeout(lat, n)
 	t := time.AfterFunc(d, cancel)
 	defer t.Stop()
@@ -200,7 +203,7 @@ func attempt(ctx context.Context, lat *sessionlink.Latency, n int, send func(con
 	switch {
 	case err == nil:
 		lat.Observe(time.Since(start))
-	case ctx.Err() == nil && actx.Err() != nil:
+	case ctx.Err() == nil && life.Err() == nil && actx.Err() != nil:
 		return fmt.Errorf("%w within %v: %w", errNoAnswer, d, err)
 	}
 	return err
@@ -244,31 +247,35 @@ func (q Queue) settle(ctx context.Context, s *Session, sl *slot, err error) erro
 }
 
 // rejected reports whether etcd refused a request outright (no permission,
-// no such lease): then it wrote nothing, and there is no key to remove.
+// no such lease, no leader, a dropped proposal): then it wrote nothing, and
+// there is no key to remove. Only etcd's own answers count: the gRPC client
+// reports some failures after the request was applied (a reply too large).
 func rejected(err error) bool {
-	switch code(err) {
-	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition,
-		codes.ResourceExhausted, codes.OutOfRange, codes.AlreadyExists, codes.Unimplemented:
-		return true
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		switch ee.Code() {
+		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition,
+			codes.ResourceExhausted, codes.OutOfRange, codes.AlreadyExists, codes.Unimplemented:
+			return true
+		}
 	}
-	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrLeaseNotFound) ||
-		errors.Is(err, rpctypes.ErrNoLeader) || dropped(err)
+	return errors.Is(err, rpctypes.ErrNoLeader) || dropped(err)
 }
 
-// dropped reports a proposal raft refused to take (a leader stepping down,
-// a full proposal queue, a member shutting down): etcd passes these on as
-// text, and nothing was applied.
-func dropped(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "raft proposal dropped") || strings.Contains(msg, "raft: stopped")
-}
+// dropped reports a proposal raft refused before appending it (a leader
+// handing over, a full proposal queue): etcd passes it on as text.
+func dropped(err error) bool { return strings.Contains(err.Error(), "raft proposal dropped") }
+
+// stopping reports raft's "stopped" from a member shutting down: passing,
+// but the proposal may have been appended, and committed by the next leader.
+func stopping(err error) bool { return strings.Contains(err.Error(), "raft: stopped") }
 
 // Unknown reports whether a write that failed with err may yet have been
 // applied: the request may have reached etcd and its reply been lost (a
 // timeout, a broken connection, ctx ending in flight). A refusal that etcd
 // answered (no leader, a dropped proposal, no permission) applied nothing.
 func Unknown(err error) bool {
-	return err != nil && !rejected(err) && !errors.Is(err, errBadResponse)
+	return err != nil && !rejected(err)
 }
 
 // leaseGone tells whether the server lost s's lease, which the session itself
@@ -326,7 +333,7 @@ func sweep(s *Session, key string) {
 	s.Go(func() {
 		for wait := retryMin; s.Life.Err() == nil; wait = min(2*wait, retryMax) {
 			if sweepOnce(s, key) {
-				wait = retryMin // the watch was armed: it broke, not etcd's answer
+				wait = retryMin // the watch broke after working: no reason to wait long
 			}
 			pause(s.Life, wait)
 		}
@@ -334,7 +341,8 @@ func sweep(s *Session, key string) {
 }
 
 // sweepOnce watches key and deletes it whenever it exists, until the watch
-// breaks or the session ends. It reports whether the watch was armed.
+// breaks or the session ends. It reports whether the watch was armed and
+// every delete succeeded.
 func sweepOnce(s *Session, key string) (armed bool) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.Life))
 	defer cancel()
@@ -348,7 +356,7 @@ func sweepOnce(s *Session, key string) (armed bool) {
 		ok := tryRemove(dctx, s, key)
 		dcancel()
 		if !ok {
-			return armed
+			return false // refused or unanswered: back off, as for a watch that fails to arm
 		}
 	}
 	return armed

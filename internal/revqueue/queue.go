@@ -147,7 +147,7 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 		pred := e.pred
 		sure, err := q.waitDeleted(wctx, pred, e.predRev, e.readRev)
 		if err == nil {
-			err = attempt(wctx, q.Latency, unanswered, func(ctx context.Context) error { return q.confirm(ctx, e, !sure) })
+			err = attempt(wctx, wctx, q.Latency, unanswered, func(ctx context.Context) error { return q.confirm(ctx, e, !sure) })
 		}
 		if errors.Is(err, errNoAnswer) {
 			unanswered++
@@ -185,7 +185,7 @@ const (
 // transient reports whether err is etcd being briefly unable to answer, as
 // opposed to an answer (a denied permission, a missing key).
 func transient(err error) bool {
-	if dropped(err) {
+	if dropped(err) || stopping(err) {
 		return true
 	}
 	for _, t := range []error{errBadResponse, errNoAnswer, rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
@@ -244,7 +244,7 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64) 
 			// create revision, behind us), and the watch sees any later
 			// delete.
 			var g *clientv3.GetResponse
-			err := attempt(ctx, q.Latency, 0, func(ctx context.Context) (err error) {
+			err := attempt(ctx, ctx, q.Latency, 0, func(ctx context.Context) (err error) {
 				g, err = q.Client.Get(ctx, key, clientv3.WithKeysOnly())
 				return err
 			})
