@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // queueOfThree queues an owner and two waiters on the lock name, each on its
@@ -22,7 +23,7 @@ func queueOfThree(t *testing.T, c *etcdtest.Cluster, name string) []*fencing.Ses
 		s := newSession(t, c.Client(t), fencing.WithIdentity(id))
 		ss = append(ss, s)
 		if i == 0 {
-			lock(t, newMutex(t, s, name))
+			fencingtest.Lock(t, s, name)
 			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -100,7 +101,7 @@ func TestReadPrefixGroupsAndRoundTrips(t *testing.T) {
 	for _, n := range []string{"jobs/b", "jobs/a", "jobs/a", "other"} {
 		go newMutex(t, s, n).Lock(t.Context())
 	}
-	lock(t, newMutex(t, s, "jobs"))
+	fencingtest.Lock(t, s, "jobs")
 	etcdtest.WaitFor(t, wait, "three keys under jobs/", func() bool {
 		return len(lockKeys(t, c, "jobs/a"))+len(lockKeys(t, c, "jobs/b")) == 3
 	})

@@ -22,15 +22,6 @@ var (
 	newMutex   = fencingtest.Mutex
 )
 
-func lock(t testing.TB, m *fencing.Mutex) *fencing.Hold {
-	t.Helper()
-	h, err := m.Lock(etcdtest.Context(t, wait))
-	if err != nil {
-		t.Fatalf("Lock: %v", err)
-	}
-	return h
-}
-
 // lockPrefix is the key range of the lock name.
 func lockPrefix(t testing.TB, name string) string {
 	t.Helper()

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -459,11 +459,11 @@ func startServer(t *testing.T, bin string, secure bool) *server {
 
 func tryStart(t *testing.T, bin string, certs *etcdtest.Certs) (*server, error) {
 	t.Helper()
-	clientAddr, err := freeAddr()
+	clientAddr, err := etcdtest.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	peerAddr, err := freeAddr()
+	peerAddr, err := etcdtest.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -500,7 +500,7 @@ func tryStart(t *testing.T, bin string, certs *etcdtest.Certs) (*server, error) 
 	var output etcdtest.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &output, &output
-	setDeathSignal(cmd)
+	etcdtest.SetDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -583,42 +583,12 @@ func (s *server) clientAs(t *testing.T, user, password string) *clientv3.Client 
 	return cli
 }
 
-// freeAddr is a free port of 127.0.0.1 (copied from internal/etcdtest).
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // --- helpers ---
 
-// session returns a new session on cli; t.Cleanup closes it, revoking its
-// lease.
-func session(t *testing.T, cli *clientv3.Client) *fencing.Session {
-	t.Helper()
-	s, err := fencing.NewSession(etcdtest.Context(t, wait), cli)
-	if err != nil {
-		t.Fatalf("NewSession: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	})
-	return s
-}
-
-func mutex(t *testing.T, s *fencing.Session, name string) *fencing.Mutex {
-	t.Helper()
-	m, err := fencing.NewMutex(s, name)
-	if err != nil {
-		t.Fatalf("NewMutex(%q): %v", name, err)
-	}
-	return m
-}
+var (
+	session = fencingtest.Session
+	mutex   = fencingtest.Mutex
+)
 
 func newElection(t *testing.T, s *fencing.Session, name string) *election.Election {
 	t.Helper()

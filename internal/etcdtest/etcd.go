@@ -104,11 +104,11 @@ func start(n int, certs *Certs) (*Cluster, error) {
 		}
 		m := &Member{Name: fmt.Sprintf("m%d", i), dir: dir, certs: certs}
 		c.Members = append(c.Members, m)
-		if m.ClientURL.Host, err = freeAddr(); err != nil {
+		if m.ClientURL.Host, err = FreeAddr(); err != nil {
 			c.Close()
 			return nil, err
 		}
-		if m.PeerURL.Host, err = freeAddr(); err != nil {
+		if m.PeerURL.Host, err = FreeAddr(); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -352,7 +352,8 @@ func WaitFor(t testing.TB, deadline time.Duration, what string, cond func() bool
 	}
 }
 
-func freeAddr() (string, error) {
+// FreeAddr returns a free port of 127.0.0.1, for a server a test starts.
+func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("free port: %w", err)

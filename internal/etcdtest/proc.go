@@ -75,7 +75,7 @@ func StartHelper(t testing.TB, name string, args ...string) *Proc {
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), helperEnv+"="+name)
 	cmd.Stderr = os.Stderr
-	setDeathSignal(cmd)
+	SetDeathSignal(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatalf("etcdtest: helper: %v", err)

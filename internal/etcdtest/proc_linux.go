@@ -5,7 +5,8 @@ import (
 	"syscall"
 )
 
-// setDeathSignal kills the helper if the test binary dies without cleanup.
-func setDeathSignal(cmd *exec.Cmd) {
+// SetDeathSignal makes cmd die with the test binary, if that dies without
+// its cleanup (a timeout, a kill).
+func SetDeathSignal(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

@@ -4,4 +4,5 @@ package etcdtest
 
 import "os/exec"
 
-func setDeathSignal(*exec.Cmd) {}
+// SetDeathSignal does nothing where there is no parent-death signal.
+func SetDeathSignal(*exec.Cmd) {}

@@ -90,7 +90,7 @@ func newProxy(t testing.TB, to url.URL) proxy.Server {
 }
 
 func listenProxy(to url.URL) (proxy.Server, error) {
-	host, err := freeAddr()
+	host, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}

@@ -299,10 +299,10 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 	removed := tryRemove(dctx, s, sl.key)
 	cancel()
 	switch {
-	case removed && !sl.unsure:
-		sl.put()
+	case sl.unsure:
+		sweep(s, sl.key) // deletes the key now if the try failed, and whenever it comes back
 	case removed:
-		sweep(s, sl.key)
+		sl.put()
 	default:
 		s.Go(func() {
 			for wait := retryMin; s.Life.Err() == nil; wait = min(2*wait, retryMax) {
@@ -311,9 +311,6 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 				ok := tryRemove(tctx, s, sl.key)
 				cancel()
 				if ok {
-					if sl.unsure {
-						sweep(s, sl.key)
-					}
 					return
 				}
 			}
