@@ -11,7 +11,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) {
+	etcdtest.RegisterHelper("group-replica", groupReplica)
+	etcdtest.Main(m)
+}
 
 const wait = fencingtest.Wait
 

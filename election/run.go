@@ -113,36 +113,46 @@ func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 // work's error.
 func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
-	c := runConfig{backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second, onError: Recampaign}
-	nilOpt := false
+	c, sc, err := configure(runConfig{onError: Recampaign}, opts)
+	if err == nil {
+		err = c.validate(ctx, cli, name, work)
+	}
+	if err != nil {
+		return fmt.Errorf("election: Run %q: %w", name, err)
+	}
+	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, ttl: cmp.Or(sc.TTL, fencing.DefaultTTL),
+		log: logger(sc).With("kind", fencing.KindElection, "name", name)}
+	r.resignFailed = r.closeSession // revoking the lease is the other way to hand over
+	defer r.closeSession(ctx)
+	return r.loop(ctx)
+}
+
+// configure applies opts over c, with the default backoff, and returns the
+// session options they carry, read.
+func configure(c runConfig, opts []RunOption) (runConfig, sessionopt.Config[fencing.Observer], error) {
+	c.backoffMin, c.backoffMax = 100*time.Millisecond, 5*time.Second
+	var sc sessionopt.Config[fencing.Observer]
 	for _, o := range opts {
 		if o == nil {
-			nilOpt = true
-			continue
+			return c, sc, fmt.Errorf("%w: nil option", fencing.ErrInvalidArgument)
 		}
 		o(&c)
 	}
-	if err := c.validate(ctx, cli, name, work, nilOpt); err != nil {
-		return fmt.Errorf("election: Run %q: %w", name, err)
-	}
-	// Run logs where its sessions do, and bounds a lease grant by their TTL.
-	var sc sessionopt.Config[fencing.Observer]
 	for _, o := range c.session {
 		if o != nil {
 			o(&sc)
 		}
 	}
-	log := cmp.Or(sc.Logger, slog.New(slog.DiscardHandler))
-	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, ttl: cmp.Or(sc.TTL, fencing.DefaultTTL),
-		log: log.With("kind", fencing.KindElection, "name", name)}
-	defer r.closeSession(ctx)
-	return r.loop(ctx)
+	return c, sc, nil
 }
 
-func (c *runConfig) validate(ctx context.Context, cli *clientv3.Client, name string, work func(context.Context, *Term) error, nilOpt bool) error {
+// logger is where Run logs: its sessions' logger, or nowhere.
+func logger(sc sessionopt.Config[fencing.Observer]) *slog.Logger {
+	return cmp.Or(sc.Logger, slog.New(slog.DiscardHandler))
+}
+
+func (c *runConfig) validate(ctx context.Context, cli *clientv3.Client, name string, work func(context.Context, *Term) error) error {
 	switch {
-	case nilOpt:
-		return fmt.Errorf("%w: nil option", fencing.ErrInvalidArgument)
 	case cli == nil:
 		return fmt.Errorf("%w: nil client", fencing.ErrInvalidArgument)
 	case ctx == nil:
@@ -167,6 +177,12 @@ type runner struct {
 	ttl   time.Duration // bounds each lease grant
 	s     *fencing.Session
 	fails int // consecutive rounds that ended without a completed term
+	// resignFailed hands a term over that Resign could not: Run closes
+	// its session, RunGroup ends the session's round.
+	resignFailed func(context.Context)
+	// reason is why the term is resigned when ctx ended (RunGroup's
+	// ErrRebalanced), as the observer is told; nil when the caller asked.
+	reason func(ctx context.Context) error
 }
 
 func (r *runner) loop(ctx context.Context) error {
@@ -309,9 +325,15 @@ const leaveGrace = time.Second
 func (r *runner) resign(ctx context.Context, t *Term) error {
 	rctx, cancel := ctxutil.Detach(ctx, leaveGrace, r.s.TTL())
 	defer cancel()
-	if err := t.Resign(rctx); err != nil {
+	var reason error
+	if r.reason != nil {
+		reason = r.reason(ctx)
+	}
+	report, err := t.resign(rctx, reason)
+	report()
+	if err != nil {
 		r.log.Warn("resign failed; the lease will expire", "token", t.Token(), "err", err)
-		r.closeSession(ctx) // revoking the lease is the other way to hand over
+		r.resignFailed(ctx)
 		return err
 	}
 	return errResigned
@@ -331,9 +353,15 @@ func (r *runner) drop(ctx context.Context, t *Term) {
 
 // backoff sleeps a jittered exponential delay, or until ctx ends.
 func (r *runner) backoff(ctx context.Context) {
-	d := r.cfg.backoffMin << min(r.fails, 20)
-	if d <= 0 || d > r.cfg.backoffMax {
-		d = r.cfg.backoffMax
+	backoff(ctx, r.cfg.backoffMin, r.cfg.backoffMax, r.fails)
+}
+
+// backoff sleeps a jittered delay from lo, doubled for each of fails up to
+// hi, or until ctx ends.
+func backoff(ctx context.Context, lo, hi time.Duration, fails int) {
+	d := lo << min(fails, 20)
+	if d <= 0 || d > hi {
+		d = hi
 	}
 	d = d/2 + rand.N(d/2+1) // jitter keeps replicas from campaigning in step
 	t := time.NewTimer(d)

@@ -180,12 +180,14 @@ func (t *Term) Resign(ctx context.Context) error {
 	if err := t.usable(ctx); err != nil {
 		return fmt.Errorf("election: resign: %w", err)
 	}
-	report, err := t.resign(ctx)
+	report, err := t.resign(ctx, nil)
 	report() // the observer and logger run with no lock held
 	return err
 }
 
-func (t *Term) resign(ctx context.Context) (report func(), _ error) {
+// resign is Resign; reason, when not nil, is why the library resigns on its
+// own (ErrRebalanced), as the observer is told.
+func (t *Term) resign(ctx context.Context, reason error) (report func(), _ error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.resigned.Load() {
@@ -226,7 +228,7 @@ func (t *Term) resign(ctx context.Context) (report func(), _ error) {
 		// for it: the term had already ended.
 		return func() { t.life.Lose(err) }, fmt.Errorf("election: resign %v: %w: %w", t.token, ErrNotLeader, err)
 	}
-	return t.life.Release, nil
+	return func() { t.life.Release(reason) }, nil
 }
 
 // Context returns a context cancelled as soon as the term can no longer be

@@ -128,7 +128,7 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	if err := h.s.Err(); err != nil {
 		return func() { h.life.Lose(err) }, fmt.Errorf("fencing: unlock %v: %w: %w", h.token, ErrNotHeld, err)
 	}
-	return h.life.Release, nil
+	return func() { h.life.Release(nil) }, nil
 }
 
 // Context returns a context that is cancelled as soon as the hold can no

@@ -55,6 +55,10 @@ type ReleaseEvent struct {
 	Token Token
 	Lease clientv3.LeaseID
 	Held  time.Duration // from acquisition to release
+	// Reason is why the library gave the ownership up on its own:
+	// election.ErrRebalanced when election.RunGroup handed the name to
+	// another replica. Nil when the caller asked (Unlock, Resign, Close).
+	Reason error
 }
 
 // LossEvent reports an ownership that ended without being given up.
@@ -126,8 +130,8 @@ type tenure struct {
 // nobody is the tenure of an ownership nobody listens to.
 type nobody struct{}
 
-func (nobody) Release()   {}
-func (nobody) Lose(error) {}
+func (nobody) Release(error) {}
+func (nobody) Lose(error)    {}
 
 // track reports an ownership of kind with token t and key key, acquired after
 // waiting wait, to the session's observer and logger. It then reports the
@@ -159,15 +163,16 @@ func (s *Session) track(kind Kind, t Token, key string, wait time.Duration) sess
 	return tn
 }
 
-// Release reports the ownership given up, unless its end was reported.
-func (tn *tenure) Release() { tn.end(nil) }
+// Release reports the ownership given up, for reason (nil: the caller
+// asked), unless its end was reported.
+func (tn *tenure) Release(reason error) { tn.end(nil, reason) }
 
 // Lose reports the ownership lost with cause, unless its end was reported. A
 // cause wrapping ErrSessionClosed is reported as a release: the session was
 // closed on purpose, which gives up its ownerships.
-func (tn *tenure) Lose(cause error) { tn.end(cause) }
+func (tn *tenure) Lose(cause error) { tn.end(cause, nil) }
 
-func (tn *tenure) end(cause error) {
+func (tn *tenure) end(cause, reason error) {
 	if !tn.ended.CompareAndSwap(false, true) {
 		return
 	}
@@ -178,10 +183,10 @@ func (tn *tenure) end(cause error) {
 	held := time.Since(tn.start)
 	if cause == nil || errors.Is(cause, ErrSessionClosed) {
 		if tn.s.log.Enabled(context.Background(), slog.LevelDebug) {
-			tn.s.log.Debug("released", "kind", tn.kind, "name", tn.token.Name, "token", tn.token, "held", held)
+			tn.s.log.Debug("released", "kind", tn.kind, "name", tn.token.Name, "token", tn.token, "held", held, "reason", reason)
 		}
 		if f := tn.s.obs.OnRelease; f != nil {
-			f(ReleaseEvent{Kind: tn.kind, Token: tn.token, Lease: tn.s.id, Held: held})
+			f(ReleaseEvent{Kind: tn.kind, Token: tn.token, Lease: tn.s.id, Held: held, Reason: reason})
 		}
 		return
 	}

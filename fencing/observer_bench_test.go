@@ -26,7 +26,7 @@ func BenchmarkTenure(b *testing.B) {
 			defer s.cancel(nil)
 			b.ReportAllocs()
 			for b.Loop() {
-				s.track(KindLock, Token{Name: "n", Revision: 5}, "k", 0).Release()
+				s.track(KindLock, Token{Name: "n", Revision: 5}, "k", 0).Release(nil)
 			}
 		})
 	}
@@ -39,7 +39,7 @@ func TestTrackWithoutListenersIsFree(t *testing.T) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	defer s.cancel(nil)
 	allocs := testing.AllocsPerRun(100, func() {
-		s.track(KindLock, Token{Name: "n", Revision: 5}, "k", 0).Release()
+		s.track(KindLock, Token{Name: "n", Revision: 5}, "k", 0).Release(nil)
 	})
 	if allocs != 0 || s.link.Owners.Len() != 0 {
 		t.Errorf("Track+Release with nobody listening: %v allocations, %d registrations", allocs, s.link.Owners.Len())

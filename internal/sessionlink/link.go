@@ -21,6 +21,9 @@ type Link struct {
 	Lease  clientv3.LeaseID
 	// Root is the key prefix of the session's queues (fencing.WithRoot).
 	Root string
+	// Identity is the value the session writes into its keys
+	// (fencing.WithIdentity).
+	Identity string
 	// KeyStem starts the name of every key the session writes in a queue,
 	// after the queue's prefix: the lease in hex and a dash.
 	KeyStem string
@@ -55,9 +58,10 @@ type Link struct {
 }
 
 // Tenure is one reported ownership: Release or Lose reports its end, and
-// only the first call of either counts.
+// only the first call of either counts. Release's reason is why the library
+// gave the ownership up on its own (nil when the caller asked).
 type Tenure interface {
-	Release()
+	Release(reason error)
 	Lose(cause error)
 }
 

@@ -1,0 +1,529 @@
+package election
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/assign"
+	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/sessionlink"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrRebalanced is the cause of a term's context when RunGroup hands its name
+// to another replica: one joined or left, or this one declined the name.
+var ErrRebalanced = errors.New("rebalanced")
+
+// KindGroup is the kind of a group's membership keys: RunGroup keeps one per
+// replica under package inspect's KeyPrefix(root, KindGroup, group).
+const KindGroup fencing.Kind = "group"
+
+const (
+	// declineAfter is how many terms of a name in a row must fail (work
+	// returned an error, or the term was lost) before a replica declines
+	// the name, so that another replica leads it.
+	declineAfter = 3
+	// declineFor is how long a decline lasts: then the replica may be given
+	// the name again.
+	declineFor = 5 * time.Minute
+)
+
+// RunGroup runs work for each of names on whichever replica of group the
+// names are assigned to, with Run's guarantees for each name: at most one
+// valid term per name at any moment, and work gets the term's context and
+// token. Replicas are the RunGroup calls of one group, in any process; each
+// leads about its share of the names.
+//
+// Balance: with R replicas listing the same N names, once the replicas have
+// seen each other no replica leads more than ⌈N/R⌉ of them. A replica that
+// joins takes about N/(R+1) names, and one that leaves gives up only about
+// its own: each moves by a handoff, in which the current leader's work
+// context ends with a cause wrapping ErrRebalanced, the term is resigned once
+// work returns, and the replica the name moves to, already waiting in the
+// name's election, leads it one round trip later. A replica that crashes
+// gives up its names when its lease expires: within its TTL plus etcd's
+// expiry scan.
+//
+// Liveness: a replica whose terms of a name fail three times in a row (work
+// returns an error, or the term is lost) declines the name for five minutes,
+// and the name moves to another replica willing to lead it; a replica that
+// is partitioned loses its lease and its names within its TTL. When every
+// replica has declined a name, it is assigned as if none had.
+//
+// Cost: a replica has one session, so one lease and one keepalive, for its
+// membership and all its terms, and learns of changes by watches: at idle
+// it sends nothing but keepalives.
+//
+// The options are Run's. The policies apply to each name; unset, both are
+// Recampaign (a work that returns runs again, after a backoff). Return ends
+// RunGroup: it hands every name over and returns that work's result.
+// OnStartedLeading and OnStoppedLeading run in the goroutine of their name,
+// so calls for different names may run at once. Each term's value, as
+// observers see it, is the session's identity (fencing.WithIdentity).
+//
+// When ctx ends, RunGroup leaves the group: it removes its membership key,
+// so that the others take its names at once, ends every work's context with
+// ctx's cause, resigns each name once its work returns, and returns nil. It
+// returns an error only for bad arguments (fencing.ErrInvalidName;
+// fencing.ErrInvalidArgument for a nil ctx, client, work or option, no
+// names, or a name twice), when etcd refuses this client the group's or a
+// name's keys (rpctypes.ErrPermissionDenied), or when a policy of Return
+// gives it work's error.
+func RunGroup(ctx context.Context, cli *clientv3.Client, group string, names []string,
+	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
+	c, sc, err := configure(runConfig{onSuccess: Recampaign, onError: Recampaign}, opts)
+	if err == nil {
+		err = c.validate(ctx, cli, group, work)
+	}
+	if err == nil {
+		err = validateNames(names)
+	}
+	if err != nil {
+		return fmt.Errorf("election: RunGroup %q: %w", group, err)
+	}
+	g := &grouper{cfg: c, cli: cli, group: group, names: slices.Clone(names), work: work,
+		ttl: cmp.Or(sc.TTL, fencing.DefaultTTL), log: logger(sc).With("group", group)}
+	return g.loop(ctx)
+}
+
+func validateNames(names []string) error {
+	if len(names) == 0 {
+		return fmt.Errorf("%w: no names", fencing.ErrInvalidArgument)
+	}
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if err := fencing.ValidateName(n); err != nil {
+			return err
+		}
+		if seen[n] {
+			return fmt.Errorf("%w: name %q twice", fencing.ErrInvalidArgument, n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// grouper is one RunGroup call: a round per session.
+type grouper struct {
+	cfg   runConfig
+	cli   *clientv3.Client
+	group string
+	names []string
+	work  func(context.Context, *Term) error
+	ttl   time.Duration
+	log   *slog.Logger
+}
+
+// loop makes a session, serves a round on it until it ends, and starts over,
+// until ctx ends or a round returns an error.
+func (g *grouper) loop(ctx context.Context) error {
+	fails := 0
+	for ctx.Err() == nil {
+		gctx, cancel := context.WithTimeout(ctx, g.ttl)
+		s, err := fencing.NewSession(gctx, g.cli, g.cfg.session...)
+		cancel()
+		if err == nil {
+			err = g.round(ctx, s)
+			cctx, cancel := ctxutil.Detach(ctx, leaveGrace, s.TTL())
+			s.Close(cctx)
+			cancel()
+			if err == nil && ctx.Err() == nil {
+				err = s.Err()
+			}
+		}
+		var ret *returned
+		switch {
+		case errors.As(err, &ret) && ret.err == nil:
+			return nil
+		case errors.As(err, &ret):
+			return fmt.Errorf("election: RunGroup %q: work for %q: %w", g.group, ret.name, ret.err)
+		case ctx.Err() != nil:
+			return nil
+		case refused(err):
+			return fmt.Errorf("election: RunGroup %q: %w", g.group, err)
+		}
+		g.log.Warn("session lost or failed; joining again", "err", err)
+		fails++
+		backoff(ctx, g.cfg.backoffMin, g.cfg.backoffMax, fails)
+	}
+	return nil
+}
+
+// returned ends RunGroup with the result of a work whose policy was Return.
+type returned struct {
+	name string
+	err  error
+}
+
+func (e *returned) Error() string { return fmt.Sprintf("work for %q returned: %v", e.name, e.err) }
+
+// ends reports whether err ends RunGroup: a policy of Return, or a refusal.
+func ends(err error) bool {
+	var ret *returned
+	return err != nil && (errors.As(err, &ret) || refused(err))
+}
+
+// round is the group's life on one session: it joins, follows the members
+// and leads the names assigned to it, until ctx or the session ends or a
+// name's loop ends RunGroup, and then leaves.
+func (g *grouper) round(ctx context.Context, s *fencing.Session) error {
+	l := sessionlink.Of(s.Context())
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	unlink := context.AfterFunc(s.Context(), func() { stop(context.Cause(s.Context())) })
+	defer unlink()
+	r := &round{g: g, s: s, link: l, ctx: rctx, stop: stop,
+		prefix:  keyspace.Prefix(l.Root, string(KindGroup), g.group),
+		members: map[string]assign.Member{}, running: map[string]*nameLoop{}, declined: map[string]time.Time{},
+		events: make(chan event), expiry: time.NewTimer(time.Hour)}
+	defer r.expiry.Stop()
+	r.expiry.Stop()
+	r.key = r.prefix + l.KeyStem + "0"
+	err := r.putMember(rctx)
+	if err == nil {
+		err = r.follow(rctx)
+	}
+	r.leave(ctx, err)
+	if ends(err) {
+		return err
+	}
+	return nil
+}
+
+// round is one session of a RunGroup.
+type round struct {
+	g      *grouper
+	s      *fencing.Session
+	link   *sessionlink.Link
+	ctx    context.Context         // ends with RunGroup's ctx, the session, or stop
+	stop   context.CancelCauseFunc // ends the round, with the cause
+	prefix string                  // of the group's membership keys
+	key    string                  // this replica's membership key
+	rev    int64                   // the last write of key this round knows of (0: none)
+
+	members  map[string]assign.Member // by key, as last read
+	running  map[string]*nameLoop     // the names this replica leads or campaigns for
+	declined map[string]time.Time     // names declined, until when
+	expiry   *time.Timer              // fires when the earliest decline ends
+	events   chan event               // from the names' loops
+	wg       sync.WaitGroup           // the names' loops
+}
+
+// nameLoop is the goroutine that campaigns for one name and runs its work.
+type nameLoop struct {
+	stop     context.CancelCauseFunc
+	done     chan struct{}
+	stopping bool // stop was called: the name was handed over
+}
+
+// event is what a name's loop tells its round: that the name is to be
+// declined, or that RunGroup must end with err.
+type event struct {
+	name    string
+	decline bool
+	err     error
+}
+
+// follow reads the members, then watches them, reassigning the names at each
+// change, until ctx ends or a name's loop ends RunGroup.
+func (r *round) follow(ctx context.Context) error {
+	for fails := 0; ctx.Err() == nil; {
+		rev, err := r.read(ctx)
+		if err == nil {
+			err = r.watch(ctx, rev)
+		}
+		switch {
+		case ends(err):
+			return err
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, errWatchBroken): // compacted, or closed: read again
+			fails = 0
+			continue
+		}
+		r.g.log.Warn("membership watch failed; reading again", "err", err)
+		fails++
+		backoff(ctx, r.g.cfg.backoffMin, r.g.cfg.backoffMax, fails)
+	}
+	return nil
+}
+
+// read reads every member and reassigns; it returns the read's revision.
+func (r *round) read(ctx context.Context) (int64, error) {
+	var resp *clientv3.GetResponse
+	var unsure bool
+	err := revqueue.Retry(ctx, r.link.Latency, &unsure, func(ctx context.Context) (err error) {
+		resp, err = r.s.Client().Get(ctx, r.prefix, clientv3.WithPrefix())
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	r.members = map[string]assign.Member{}
+	for _, kv := range resp.Kvs {
+		r.update(string(kv.Key), kv.Value)
+	}
+	if err := r.rejoin(ctx); err != nil {
+		return 0, err
+	}
+	r.reassign()
+	return resp.Header.Revision, nil
+}
+
+// update records the member key key with value; one that cannot be decoded
+// (not written by RunGroup) is left out.
+func (r *round) update(key string, value []byte) {
+	m, err := assign.Decode(key, value)
+	if err != nil {
+		r.g.log.Warn("ignoring a membership key", "err", err)
+		return
+	}
+	r.members[key] = m
+}
+
+// rejoin writes this replica's membership key again when someone deleted it.
+func (r *round) rejoin(ctx context.Context) error {
+	if _, ok := r.members[r.key]; ok {
+		return nil
+	}
+	r.rev = 0
+	return r.putMember(ctx)
+}
+
+// watch follows the members from rev on, and the names' loops, until the
+// watch breaks, ctx ends or a name's loop ends RunGroup.
+func (r *round) watch(ctx context.Context, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := r.s.Client().Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case resp, ok := <-wch:
+			if !ok || resp.CompactRevision != 0 {
+				return errWatchBroken
+			}
+			if err := resp.Err(); err != nil {
+				return typed(err)
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					delete(r.members, string(ev.Kv.Key))
+				} else {
+					r.update(string(ev.Kv.Key), ev.Kv.Value)
+				}
+			}
+			if err := r.rejoin(ctx); err != nil {
+				return err
+			}
+			r.reassign()
+		case ev := <-r.events:
+			if !ev.decline {
+				return ev.err
+			}
+			r.decline(ev.name)
+			if err := r.putMember(ctx); err != nil {
+				return err
+			}
+			r.reassign()
+		case <-r.expiry.C:
+			r.undecline()
+			if err := r.putMember(ctx); err != nil {
+				return err
+			}
+			r.reassign()
+		}
+	}
+}
+
+// decline records that this replica asks not to be given name.
+func (r *round) decline(name string) {
+	r.g.log.Warn("declining a name whose terms keep failing", "name", name, "for", declineFor)
+	r.declined[name] = time.Now().Add(declineFor)
+	r.armExpiry()
+}
+
+// undecline forgets the declines that ended.
+func (r *round) undecline() {
+	for n, until := range r.declined {
+		if !time.Now().Before(until) {
+			delete(r.declined, n)
+		}
+	}
+	r.armExpiry()
+}
+
+func (r *round) armExpiry() {
+	r.expiry.Stop()
+	if len(r.declined) > 0 {
+		r.expiry.Reset(time.Until(slices.MinFunc(slices.Collect(maps.Values(r.declined)), time.Time.Compare)))
+	}
+}
+
+// putMember writes this replica's membership key over its last known write,
+// so that an attempt given up and applied late cannot undo a later write.
+func (r *round) putMember(ctx context.Context) error {
+	m := assign.Member{Key: r.key, ID: r.link.Identity, Names: r.g.names, Declined: slices.Sorted(maps.Keys(r.declined))}
+	val := assign.Encode(m)
+	var unsure bool
+	err := revqueue.Retry(ctx, r.link.Latency, &unsure, func(ctx context.Context) error {
+		for {
+			resp, err := r.s.Client().Txn(ctx).
+				If(clientv3.Compare(clientv3.ModRevision(r.key), "=", r.rev)).
+				Then(clientv3.OpPut(r.key, val, clientv3.WithLease(r.s.Lease()))).
+				Else(clientv3.OpGet(r.key)).Commit()
+			if err != nil {
+				return err
+			}
+			if resp.Succeeded {
+				r.rev = resp.Header.Revision
+				return nil
+			}
+			r.rev = 0 // the key is gone: create it again
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				if r.rev = kvs[0].ModRevision; string(kvs[0].Value) == val {
+					return nil
+				}
+			}
+		}
+	})
+	if err == nil {
+		r.members[r.key] = m // what the watch will say, known now
+	}
+	return err
+}
+
+// reassign computes who leads each name and starts or hands over this
+// replica's names to match.
+func (r *round) reassign() {
+	a := assign.Assign(slices.Collect(maps.Values(r.members)))
+	var took, gave []string
+	for _, n := range r.g.names {
+		mine := a[n] == r.key
+		loop := r.running[n]
+		switch {
+		case mine && (loop == nil || loop.stopping):
+			r.running[n] = r.start(n, loop)
+			took = append(took, n)
+		case !mine && loop != nil && !loop.stopping:
+			to := r.members[a[n]].ID
+			r.g.log.Debug("handing a name over", "name", n, "to", to, "reason", ErrRebalanced)
+			loop.stop(fmt.Errorf("%w: %q moves to %q", ErrRebalanced, n, to))
+			loop.stopping = true
+			gave = append(gave, n)
+		}
+	}
+	if len(took)+len(gave) > 0 {
+		r.g.log.Info("rebalanced", "replicas", len(r.members), "leading", r.leading(),
+			"cap", assign.Cap(len(a), len(r.members)), "took", len(took), "gave", len(gave))
+	}
+}
+
+// leading counts the names this replica runs a loop for.
+func (r *round) leading() int {
+	n := 0
+	for _, l := range r.running {
+		if !l.stopping {
+			n++
+		}
+	}
+	return n
+}
+
+// start runs the loop of name once the previous one, if any, has ended.
+func (r *round) start(name string, prev *nameLoop) *nameLoop {
+	ctx, stop := context.WithCancelCause(r.ctx)
+	l := &nameLoop{stop: stop, done: make(chan struct{})}
+	r.wg.Go(func() {
+		defer close(l.done)
+		defer stop(nil)
+		if prev != nil {
+			<-prev.done
+		}
+		r.lead(ctx, name)
+	})
+	return l
+}
+
+// leave ends every name's loop, after removing this replica's membership key
+// so that the others start campaigning for its names at once. Unless ctx or
+// the session ended first, the works' contexts end with err as the cause.
+func (r *round) leave(ctx context.Context, err error) {
+	if r.s.Err() == nil && r.rev != 0 {
+		dctx, cancel := ctxutil.Detach(ctx, leaveGrace, leaveGrace)
+		var unsure bool
+		revqueue.Retry(dctx, r.link.Latency, &unsure, func(ctx context.Context) error {
+			_, err := r.s.Client().Delete(ctx, r.key)
+			return err
+		})
+		cancel()
+	}
+	r.stop(fmt.Errorf("election: RunGroup %q ends: %w", r.g.group, err))
+	r.wg.Wait()
+}
+
+// lead campaigns for name and runs its work, as Run does on the round's
+// session, until ctx ends (the name was handed over, or the round ended).
+func (r *round) lead(ctx context.Context, name string) {
+	run := &runner{cfg: r.g.cfg, cli: r.g.cli, name: name, value: r.link.Identity, work: r.g.work, ttl: r.g.ttl, s: r.s,
+		log: r.g.log.With("kind", fencing.KindElection, "name", name)}
+	run.resignFailed = func(context.Context) { r.stop(fmt.Errorf("%w: resign of %q failed", fencing.ErrSessionClosed, name)) }
+	run.reason = func(ctx context.Context) error {
+		if c := context.Cause(ctx); errors.Is(c, ErrRebalanced) {
+			return c
+		}
+		return nil
+	}
+	failed := 0 // terms in a row that failed
+	for ctx.Err() == nil {
+		e, err := New(r.s, name)
+		var t *Term
+		if err == nil {
+			t, err = e.Campaign(ctx, run.value)
+		}
+		if err != nil {
+			if refused(err) {
+				r.tell(ctx, event{name: name, err: err})
+				return
+			}
+			if ctx.Err() == nil {
+				run.log.Warn("campaign failed; retrying", "err", err)
+			}
+			run.fails++
+			run.backoff(ctx)
+			continue
+		}
+		res := run.serve(ctx, t)
+		if failed++; !res.lost && res.workErr == nil {
+			failed = 0
+		}
+		if failed == declineAfter {
+			r.tell(ctx, event{name: name, decline: true})
+		}
+		if again, err := run.next(ctx, res); !again {
+			if ctx.Err() == nil { // a policy of Return
+				r.tell(ctx, event{name: name, err: &returned{name: name, err: err}})
+			}
+			return
+		}
+	}
+}
+
+// tell hands ev to the round, unless ctx ends first.
+func (r *round) tell(ctx context.Context, ev event) {
+	select {
+	case r.events <- ev:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,377 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/assign"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/keyspace"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// world runs RunGroup replicas of one group and records, for each name,
+// which replica's work runs it now.
+type world struct {
+	t     *testing.T
+	c     *etcdtest.Cluster
+	group string
+	names []string
+
+	mu       sync.Mutex
+	working  map[string]string   // name → replica whose work for it runs now
+	overlaps []string            // names whose works ran on two replicas at once
+	causes   map[string][]error  // replica → why its works' contexts ended
+	released map[string][]string // replica → the names it released for a reason
+	failing  map[string][]string // replica → names whose works fail there
+}
+
+func newWorld(t *testing.T, c *etcdtest.Cluster, n int) *world {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s/job-%d", t.Name(), i)
+	}
+	return &world{t: t, c: c, group: t.Name(), names: names, working: map[string]string{},
+		causes: map[string][]error{}, released: map[string][]string{}, failing: map[string][]string{}}
+}
+
+type replica struct {
+	id     string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs replica id with names (the world's when nil) on cli (its own
+// client when nil).
+func (w *world) start(id string, cli *clientv3.Client, names []string, opts ...election.RunOption) *replica {
+	if cli == nil {
+		cli = w.c.Client(w.t)
+	}
+	if names == nil {
+		names = w.names
+	}
+	obs := fencing.Observer{OnRelease: func(e fencing.ReleaseEvent) {
+		if errors.Is(e.Reason, election.ErrRebalanced) {
+			w.mu.Lock()
+			w.released[id] = append(w.released[id], e.Token.Name)
+			w.mu.Unlock()
+		}
+	}}
+	all := append([]election.RunOption{
+		election.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+		election.WithSessionOptions(fencing.WithIdentity(id), fencing.WithTTL(30*time.Second), fencing.WithObserver(obs)),
+	}, opts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{id: id, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- election.RunGroup(ctx, cli, w.group, names, w.work(id), all...) }()
+	w.t.Cleanup(func() { r.stop(w.t) })
+	return r
+}
+
+// stop ends the replica and waits for RunGroup to return nil.
+func (r *replica) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("RunGroup of %s: %v", r.id, err)
+		}
+		r.done <- nil // a second stop returns at once
+	case <-time.After(wait):
+		t.Fatalf("RunGroup of %s did not return", r.id)
+	}
+}
+
+func (w *world) work(id string) func(context.Context, *election.Term) error {
+	return func(ctx context.Context, term *election.Term) error {
+		name := term.Token().Name
+		w.mu.Lock()
+		if other := w.working[name]; other != "" {
+			w.overlaps = append(w.overlaps, fmt.Sprintf("%s on %s and %s", name, other, id))
+		}
+		fail := slices.Contains(w.failing[id], name)
+		if !fail {
+			w.working[name] = id
+		}
+		w.mu.Unlock()
+		if fail {
+			return errors.New("this replica cannot run " + name)
+		}
+		<-ctx.Done()
+		w.mu.Lock()
+		if w.working[name] == id {
+			delete(w.working, name)
+		}
+		w.causes[id] = append(w.causes[id], context.Cause(ctx))
+		w.mu.Unlock()
+		return nil
+	}
+}
+
+// loads returns how many names each replica works on, and how many names
+// of want nobody works on.
+func (w *world) loads(want []string) (map[string]int, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l, idle := map[string]int{}, 0
+	for _, n := range want {
+		if id := w.working[n]; id != "" {
+			l[id]++
+		} else {
+			idle++
+		}
+	}
+	return l, idle
+}
+
+// waitBalanced waits until every name of want runs on one of ids, none
+// leading more than its share, and checks that etcd says the same.
+func (w *world) waitBalanced(want []string, ids ...string) map[string]int {
+	w.t.Helper()
+	limit := assign.Cap(len(want), len(ids))
+	var l map[string]int
+	etcdtest.WaitFor(w.t, 2*wait, fmt.Sprintf("%d names balanced over %v", len(want), ids), func() bool {
+		var idle int
+		l, idle = w.loads(want)
+		if idle > 0 || len(l) != len(ids) {
+			return false
+		}
+		for _, id := range ids {
+			if l[id] == 0 || l[id] > limit {
+				return false
+			}
+		}
+		return true
+	})
+	w.checkLeaders(want)
+	return l
+}
+
+// checkLeaders checks that each name's leader in etcd is the replica that
+// runs its work.
+func (w *world) checkLeaders(want []string) {
+	w.t.Helper()
+	cli := w.c.Client(w.t)
+	for _, n := range want {
+		resp, err := cli.Get(etcdtest.Context(w.t, wait), keyspace.Prefix(fencing.DefaultRoot, "election", n), clientv3.WithFirstCreate()...)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		w.mu.Lock()
+		id := w.working[n]
+		w.mu.Unlock()
+		if len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != id {
+			w.t.Fatalf("%s: etcd says %v leads, work runs on %q", n, resp.Kvs, id)
+		}
+	}
+}
+
+func (w *world) checkNoOverlap() {
+	w.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.overlaps) > 0 {
+		w.t.Fatalf("works ran at once: %v", w.overlaps)
+	}
+}
+
+// handedOff counts the works of id whose context ended with ErrRebalanced.
+func (w *world) handedOff(id string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, c := range w.causes[id] {
+		if errors.Is(c, election.ErrRebalanced) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestGroupBalancesJoinAndLeave(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 30)
+	w.start("a", nil, nil)
+	w.waitBalanced(w.names, "a")
+
+	w.start("b", nil, nil)
+	loads := w.waitBalanced(w.names, "a", "b")
+	if moved := w.handedOff("a"); moved != loads["b"] {
+		t.Errorf("join of b: a handed off %d names, b leads %d", moved, loads["b"])
+	}
+
+	cr := w.start("c", nil, nil)
+	before := loads
+	loads = w.waitBalanced(w.names, "a", "b", "c")
+	t.Logf("loads after c joined: %v (before: %v)", loads, before)
+	moved := w.handedOff("a") + w.handedOff("b") - before["b"]
+	if moved > loads["c"]+3 { // c's share, and the few a changed cap pushes on
+		t.Errorf("join of c moved %d names; c leads %d", moved, loads["c"])
+	}
+
+	cr.stop(t) // graceful leave: c's names move, by handoff, to a and b
+	w.waitBalanced(w.names, "a", "b")
+	w.checkNoOverlap()
+	handed := w.handedOff("a")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.released["a"]) == 0 || len(w.released["a"]) != handed {
+		t.Errorf("observer of a saw %d releases for a reason, works saw %d handoffs", len(w.released["a"]), handed)
+	}
+	for _, cause := range w.causes["c"] {
+		if !errors.Is(cause, context.Canceled) {
+			t.Errorf("a work of c, which left, ended with %v, not its ctx's cause", cause)
+		}
+	}
+}
+
+func TestGroupFailingNameMoves(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 6)
+	// a cannot run half the names: it declines them, in vain while alone.
+	// Whichever of them the hash gives a once b joins must move to b.
+	w.failing["a"] = w.names[:3]
+	a := w.start("a", nil, nil)
+	w.waitBalanced(w.names[3:], "a")
+	w.start("b", nil, nil)
+	w.waitBalanced(w.names, "a", "b") // 3 each: a runs all it can
+	a.stop(t)
+	w.waitBalanced(w.names, "b")
+	w.checkNoOverlap()
+}
+
+func TestGroupReturnPolicy(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 4)
+	w.failing["a"] = w.names[2:3]
+	r := w.start("a", nil, nil, election.OnError(election.Return))
+	select {
+	case err := <-r.done:
+		if err == nil || !strings.Contains(err.Error(), "cannot run") {
+			t.Fatalf("RunGroup = %v, want the work's error", err)
+		}
+		r.done <- nil
+	case <-time.After(wait):
+		t.Fatal("RunGroup did not return the work's error")
+	}
+	if keys := c.Keys(t, fencing.DefaultRoot); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+func TestGroupNamesChangeBetweenRuns(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 6)
+	old, cur := w.names[:4], w.names[2:]
+	a := w.start("a", nil, old)
+	b := w.start("b", nil, old)
+	w.waitBalanced(old, "a", "b")
+	b.stop(t)
+	w.start("b", nil, cur) // b restarts with two names gone and two new
+	w.waitBalanced(w.names, "a", "b")
+	w.mu.Lock()
+	for _, n := range cur[2:] {
+		if w.working[n] != "b" {
+			t.Errorf("%s, only b lists it, runs on %q", n, w.working[n])
+		}
+	}
+	w.mu.Unlock()
+	a.stop(t)
+	w.start("a", nil, cur)
+	w.waitBalanced(cur, "a", "b")
+	if l, idle := w.loads(old[:2]); idle != 2 {
+		t.Errorf("names nobody lists any more still run: %v", l)
+	}
+	w.checkNoOverlap()
+}
+
+func TestGroupPartitionedReplicaLosesItsNames(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 10)
+	cli, link := c.ProxiedClient(t)
+	ttl := election.WithSessionOptions(fencing.WithTTL(2 * time.Second))
+	w.start("a", nil, nil, ttl)
+	w.start("b", cli, nil, ttl)
+	w.waitBalanced(w.names, "a", "b")
+	link.Blackhole()
+	w.waitBalanced(w.names, "a") // b's lease expires; a takes b's names
+	link.Restore()
+	w.waitBalanced(w.names, "a", "b")
+}
+
+func TestGroupCrashedReplicaLosesItsNames(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 10)
+	w.start("a", nil, nil, election.WithSessionOptions(fencing.WithTTL(2*time.Second)))
+	p := etcdtest.StartHelper(t, "group-replica", append([]string{c.Endpoints()[0], w.group, "crashy"}, w.names...)...)
+	etcdtest.WaitFor(t, 2*wait, "crashy leads half the names", func() bool {
+		l, _ := w.loads(w.names)
+		return l["a"] == 5
+	})
+	p.Expect(t, wait, "leading")
+	p.Kill(t)
+	w.waitBalanced(w.names, "a")
+}
+
+// groupReplica is RunGroup in a subprocess: args are the endpoint, the
+// group, the identity and the names. It prints "leading NAME" for each term.
+func groupReplica(args []string) int {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: args[:1], DialTimeout: 5 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { os.Stdin.Read(make([]byte, 1)); cancel() }()
+	err = election.RunGroup(ctx, cli, args[1], args[3:], func(ctx context.Context, t *election.Term) error {
+		fmt.Println("leading", t.Token().Name)
+		<-ctx.Done()
+		return nil
+	}, election.WithSessionOptions(fencing.WithIdentity(args[2]), fencing.WithTTL(2*time.Second)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func TestRunGroupRejectsBadArguments(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := c.Client(t)
+	work := func(context.Context, *election.Term) error { return nil }
+	for _, tc := range []struct {
+		group string
+		names []string
+		want  error
+	}{
+		{"g", nil, fencing.ErrInvalidArgument},
+		{"g", []string{"a", "a"}, fencing.ErrInvalidArgument},
+		{"g", []string{"a", "b#c"}, fencing.ErrInvalidName},
+		{"g#", []string{"a"}, fencing.ErrInvalidName},
+		{"", []string{"a"}, fencing.ErrInvalidName},
+	} {
+		if err := election.RunGroup(t.Context(), cli, tc.group, tc.names, work); !errors.Is(err, tc.want) {
+			t.Errorf("RunGroup(%q, %q) = %v, want %v", tc.group, tc.names, err, tc.want)
+		}
+	}
+	if err := election.RunGroup(t.Context(), cli, "g", []string{"a"}, nil); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("RunGroup with nil work = %v", err)
+	}
+	if err := election.RunGroup(t.Context(), cli, "g", []string{"a"}, work, nil); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("RunGroup with a nil option = %v", err)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}

@@ -1,0 +1,189 @@
+// Package assign decides which replica of a group leads each name. Every
+// replica that reads the same members computes the same answer, so the
+// replicas agree without talking to each other; no replica gets more than
+// ⌈N/R⌉ of N names among R replicas when they all list the same names; and a
+// replica joining or leaving moves few names besides its own.
+//
+// It is rendezvous hashing with bounded loads: names are placed one by one,
+// those the fewest replicas may lead first and otherwise in an order fixed by
+// their hash, each on the replica that scores highest for it among those
+// below the cap. A new replica takes the names it scores
+// highest for; a leaving one releases only its own, plus the few that the
+// changed cap pushes to their next choice.
+package assign
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+)
+
+// Member is one replica of a group, as its membership key says.
+type Member struct {
+	Key   string   `json:"-"`     // its membership key: unique per session
+	ID    string   `json:"id"`    // the session's identity, for people
+	Names []string `json:"names"` // the names it is willing to lead
+	// Declined lists names it asks not to be given while another replica
+	// is willing: its work for them kept failing.
+	Declined []string `json:"declined,omitempty"`
+}
+
+// Encode returns the value of m's membership key.
+func Encode(m Member) string {
+	b, _ := json.Marshal(m) // strings and slices of strings always marshal
+	return string(b)
+}
+
+// Decode parses the value of the membership key key.
+func Decode(key string, value []byte) (Member, error) {
+	var m Member
+	if err := json.Unmarshal(value, &m); err != nil {
+		return Member{}, fmt.Errorf("membership key %q: %w", key, err)
+	}
+	m.Key = key
+	return m, nil
+}
+
+// Cap is the most names a replica leads once n names are balanced over r
+// replicas: ⌈n/r⌉.
+func Cap(n, r int) int {
+	if r == 0 {
+		return 0
+	}
+	return (n + r - 1) / r
+}
+
+// Assign maps every name some member lists to the Key of the member that
+// should lead it. A name goes only to members that list it and, while one of
+// those has not declined it, only to those that have not. The result depends
+// on the members' keys, names and declines, not on their order.
+func Assign(members []Member) map[string]string {
+	names := map[string][]int{} // name → indexes of the members willing to lead it
+	for i, m := range members {
+		declined := map[string]bool{}
+		for _, n := range m.Declined {
+			declined[n] = true
+		}
+		for _, n := range m.Names {
+			if _, ok := names[n]; !ok {
+				names[n] = nil
+			}
+			if !declined[n] {
+				names[n] = append(names[n], i)
+			}
+		}
+	}
+	for _, m := range members { // nobody willing: everybody listing it may lead it
+		for _, n := range m.Names {
+			if len(names[n]) == 0 {
+				names[n] = listing(members, n)
+			}
+		}
+	}
+	order := make([]string, 0, len(names))
+	for n := range names {
+		order = append(order, n)
+	}
+	// The names fewest members may lead go first, while those members still
+	// have room; then the rest, in the order of their hash.
+	slices.SortFunc(order, func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(names[a]), len(names[b])), cmp.Compare(hash(a), hash(b)), cmp.Compare(a, b))
+	})
+	limit := Cap(len(names), len(members))
+	load := make([]int, len(members))
+	out := make(map[string]string, len(names))
+	for _, n := range order {
+		i := pick(members, names[n], n, load, limit)
+		load[i]++
+		out[n] = members[i].Key
+	}
+	return out
+}
+
+// listing returns the indexes of the members that list name.
+func listing(members []Member, name string) []int {
+	var out []int
+	for i, m := range members {
+		if slices.Contains(m.Names, name) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// pick returns the candidate scoring highest for name among those below
+// limit, or, when all are at it (names some replicas do not list), the least
+// loaded.
+func pick(members []Member, candidates []int, name string, load []int, limit int) int {
+	best, bestScore := -1, uint64(0)
+	least := -1
+	for _, i := range candidates {
+		s := score(name, members[i].Key)
+		if load[i] < limit && (best < 0 || s > bestScore) {
+			best, bestScore = i, s
+		}
+		if least < 0 || load[i] < load[least] || (load[i] == load[least] && s > score(name, members[least].Key)) {
+			least = i
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	return least
+}
+
+// score is how much member key wants name: the highest score wins.
+func score(name, key string) uint64 { return mix(hash(name) ^ hash(key)*0x9e3779b97f4a7c15) }
+
+func hash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return mix(h.Sum64())
+}
+
+// mix is splitmix64's finaliser: FNV's low bits alone spread poorly.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Moved counts the names whose assignee differs between before and after,
+// among the names both assign.
+func Moved(before, after map[string]string) int {
+	n := 0
+	for name, to := range after {
+		if from, ok := before[name]; ok && from != to {
+			n++
+		}
+	}
+	return n
+}
+
+// Least is the fewest names that must move from before for no member of
+// after to lead more than its cap: the names of members gone, plus each
+// remaining member's excess over the cap.
+func Least(before map[string]string, after []Member) int {
+	present := map[string]bool{}
+	for _, m := range after {
+		present[m.Key] = true
+	}
+	load := map[string]int{}
+	n := 0
+	for _, key := range before {
+		if !present[key] {
+			n++
+			continue
+		}
+		load[key]++
+	}
+	limit := Cap(len(before), len(after))
+	for _, l := range load {
+		n += max(0, l-limit)
+	}
+	return n
+}
