@@ -17,16 +17,13 @@ import (
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	"github.com/leasehold/leasehold/internal/sessionlink"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ErrRebalanced is the cause of a term's context when RunGroup hands its name
 // to another replica: one joined or left, or this one declined the name.
 var ErrRebalanced = errors.New("rebalanced")
-
-// KindGroup is the kind of a group's membership keys: RunGroup keeps one per
-// replica under package inspect's KeyPrefix(root, KindGroup, group).
-const KindGroup fencing.Kind = "group"
 
 const (
 	// declineAfter is how many terms of a name in a row must fail (work
@@ -183,7 +180,7 @@ func (g *grouper) round(ctx context.Context, s *fencing.Session) error {
 	unlink := context.AfterFunc(s.Context(), func() { stop(context.Cause(s.Context())) })
 	defer unlink()
 	r := &round{g: g, s: s, link: l, ctx: rctx, stop: stop,
-		prefix:  keyspace.Prefix(l.Root, string(KindGroup), g.group),
+		prefix:  keyspace.Prefix(l.Root, string(fencing.KindGroup), g.group),
 		members: map[string]assign.Member{}, running: map[string]*nameLoop{}, declined: map[string]time.Time{},
 		events: make(chan event), expiry: time.NewTimer(time.Hour)}
 	defer r.expiry.Stop()
@@ -247,7 +244,9 @@ func (r *round) follow(ctx context.Context) error {
 			return err
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, errWatchBroken): // compacted, or closed: read again
+		case errors.Is(err, errWatchBroken) || errors.Is(err, rpctypes.ErrNoLeader):
+			// Compacted, closed, or the member lost its raft leader (the
+			// read waits for a new one): read again, quietly.
 			fails = 0
 			continue
 		}

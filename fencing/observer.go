@@ -19,6 +19,9 @@ type Kind string
 const (
 	KindLock     Kind = "lock"     // a Hold of a Mutex
 	KindElection Kind = "election" // a term of an election (package election)
+	// KindGroup names the membership keys of an election.RunGroup group,
+	// one per replica. They are no ownership: no event reports them.
+	KindGroup Kind = "group"
 )
 
 // Observer receives the events of a session and of every ownership made on
