@@ -22,6 +22,7 @@ import (
 
 func TestMain(m *testing.M) {
 	etcdtest.RegisterHelper("hold", holdHelper)
+	etcdtest.RegisterHelper("group", groupHelper)
 	etcdtest.Main(m)
 }
 
