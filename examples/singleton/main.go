@@ -4,14 +4,27 @@
 //	singleton --name nightly-backup --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem -- ./backup.sh --full
 //
 // Every replica campaigns in the election NAME. The leader runs the command
-// with LEASEHOLD_TOKEN (the term's fencing token, "name@revision") and
-// LEASEHOLD_KEY in its environment, so the command can fence its own writes:
+// with LEASEHOLD_NAME, LEASEHOLD_TOKEN (the term's fencing token,
+// "name@revision") and LEASEHOLD_KEY in its environment, so the command can fence its own writes:
 // on the key's create revision being the token's revision, never on the key
 // merely existing (a session reuses a finished term's key).
 // When the command exits 0, singleton resigns and exits 0; when it fails,
 // singleton resigns and campaigns again after a backoff. SIGINT or SIGTERM
 // stops the command, resigns so another replica takes over at once, and
 // exits 0.
+//
+// # Many commands, balanced: --group
+//
+//	singleton --group billing --names invoices,refunds,payouts,ledger --endpoints ... -- ./worker.sh
+//
+// runs one copy of the command per name, each on one replica of the group:
+// with R replicas, each runs about 1/R of the names (see election.RunGroup).
+// The command learns its name from LEASEHOLD_NAME. A replica that joins
+// takes its share, stopping those commands on the others first; one that
+// exits (SIGINT, SIGTERM) hands its names to the others at once; one that
+// crashes loses them within a TTL. Each command is a service here: when it
+// exits, with any status, it is started again after a backoff, on whichever
+// replica then leads its name. Every guarantee below holds for each name.
 //
 // # The guarantee: at most one copy of the command, anywhere, at any moment
 //
@@ -61,6 +74,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -81,19 +95,24 @@ func main() {
 type config struct {
 	conn  connect.Config
 	name  string
+	group string   // --group: run one command per name of names, balanced
+	names []string // --names, split
 	ttl   time.Duration
 	grace time.Duration
 	argv  []string
 }
 
-const usage = "usage: singleton --name NAME [--ttl D] [--grace D] [connection flags] [-v] -- command [args...]"
+const usage = `usage: singleton --name NAME [--ttl D] [--grace D] [connection flags] [-v] -- command [args...]
+       singleton --group GROUP --names N1,N2,... [--ttl D] [--grace D] [connection flags] [-v] -- command [args...]`
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("singleton", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.conn.Register(fs, "127.0.0.1:2379")
-	fs.StringVar(&c.name, "name", "", "election name (required)")
+	fs.StringVar(&c.name, "name", "", "election name (required, unless --group)")
+	fs.StringVar(&c.group, "group", "", "run one command per name of --names, each on one replica of the group, balanced")
+	names := fs.String("names", "", "with --group: the names, comma-separated")
 	fs.DurationVar(&c.ttl, "ttl", 20*time.Second, "lease TTL: how long a crashed replica blocks the others")
 	fs.DurationVar(&c.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the term ends")
 	fs.Usage = func() {
@@ -104,9 +123,18 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, err
 	}
 	c.argv = fs.Args()
+	if *names != "" {
+		c.names = strings.Split(*names, ",")
+	}
 	switch {
-	case c.name == "":
-		return c, errors.New("--name is required")
+	case c.name == "" && c.group == "":
+		return c, errors.New("--name (or --group) is required")
+	case c.name != "" && c.group != "":
+		return c, errors.New("give --name or --group, not both")
+	case c.group != "" && len(c.names) == 0:
+		return c, errors.New("--group needs --names")
+	case c.group == "" && len(c.names) > 0:
+		return c, errors.New("--names needs --group")
 	case len(c.argv) == 0:
 		return c, errors.New("no command: give it after --")
 	case c.ttl < fencing.MinTTL:
@@ -117,10 +145,34 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if _, err := c.margin(); err != nil {
 		return c, err
 	}
-	if err := fencing.ValidateName(c.name); err != nil {
-		return c, fmt.Errorf("--name: %w", err)
+	if err := c.validateNames(); err != nil {
+		return c, err
 	}
 	return c, c.conn.Validate()
+}
+
+// validateNames checks --name, or --group and each of --names.
+func (c config) validateNames() error {
+	if c.group == "" {
+		if err := fencing.ValidateName(c.name); err != nil {
+			return fmt.Errorf("--name: %w", err)
+		}
+		return nil
+	}
+	if err := fencing.ValidateName(c.group); err != nil {
+		return fmt.Errorf("--group: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, n := range c.names {
+		if err := fencing.ValidateName(n); err != nil {
+			return fmt.Errorf("--names: %w", err)
+		}
+		if seen[n] {
+			return fmt.Errorf("--names: %q twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
 }
 
 // baseMargin is the library's default safety margin for a TTL (see
@@ -158,7 +210,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "singleton: %v\n%s\n", err, usage)
 		return 2
 	}
-	log := c.conn.Logger(stderr).With("election", c.name)
+	log := c.conn.Logger(stderr)
+	if c.group == "" {
+		log = log.With("election", c.name)
+	}
 	cli, err := c.conn.Dial(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "singleton:", err)
@@ -172,13 +227,19 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	margin, _ := c.margin()
 	log.Info("campaigning", "ttl", c.ttl, "grace", c.grace, "margin", margin)
-	err = election.Run(ctx, cli, c.name, r.identity, r.work,
+	opts := []election.RunOption{
 		election.WithSessionOptions(fencing.WithTTL(c.ttl), fencing.WithSafetyMargin(margin),
 			fencing.WithIdentity(r.identity), fencing.WithLogger(log)),
 		election.OnStartedLeading(func(t *election.Term) { log.Info("leading", "token", t.Token()) }),
 		election.OnStoppedLeading(func(t *election.Term, cause error) {
 			log.Info("stopped leading", "token", t.Token(), "cause", cause)
-		}))
+		}),
+	}
+	if c.group != "" {
+		err = election.RunGroup(ctx, cli, c.group, c.names, r.work, opts...)
+	} else {
+		err = election.Run(ctx, cli, c.name, r.identity, r.work, opts...)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "singleton:", err)
 		return 1

@@ -281,7 +281,12 @@ func TestCommandLine(t *testing.T) {
 		want string
 	}{
 		{"help", []string{"--help"}, 0, "usage: singleton"},
-		{"no name", []string{"--", "true"}, 2, "--name is required"},
+		{"no name", []string{"--", "true"}, 2, "--name (or --group) is required"},
+		{"name and group", []string{"--name", "x", "--group", "g", "--names", "a", "--", "true"}, 2, "not both"},
+		{"group without names", []string{"--group", "g", "--", "true"}, 2, "--group needs --names"},
+		{"names without group", []string{"--name", "x", "--names", "a", "--", "true"}, 2, "--names needs --group"},
+		{"name twice", []string{"--group", "g", "--names", "a,b,a", "--", "true"}, 2, `"a" twice`},
+		{"bad name in group", []string{"--group", "g", "--names", "a,b#c", "--", "true"}, 2, "--names"},
 		{"no command", []string{"--name", "x"}, 2, "no command"},
 		{"grace too long", []string{"--name", "x", "--ttl", "10s", "--grace", "10s", "--", "true"}, 2, "use --ttl 26s or more"},
 		{"bad name", []string{"--name", "", "--", "true"}, 2, "--name"},

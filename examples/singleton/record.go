@@ -61,7 +61,7 @@ func (r *runner) recordFor(t *election.Term) (string, error) {
 // this term's record, guarded by the term. It returns the record's value,
 // which release needs, or an error when the term ends first.
 func (r *runner) claim(ctx context.Context, t *election.Term) (string, error) {
-	key := recordKey(r.cfg.name)
+	key := recordKey(t.Token().Name)
 	mine, err := r.recordFor(t)
 	if err != nil {
 		return "", err
@@ -83,7 +83,7 @@ func (r *runner) claim(ctx context.Context, t *election.Term) (string, error) {
 			kv := resp.Kvs[0]
 			mod = kv.ModRevision
 			if err := json.Unmarshal(kv.Value, &prev); err == nil && prev.Lease != lease {
-				if !r.waitPrevious(ctx, prev, mod) {
+				if !r.waitPrevious(ctx, key, prev, mod) {
 					continue // the record changed, or ctx ended: look again
 				}
 			}
@@ -108,7 +108,7 @@ func (r *runner) claim(ctx context.Context, t *election.Term) (string, error) {
 // waitPrevious waits while another runner's record says its command may
 // still run. It returns true when that record may be taken over (its lease
 // has been gone for a full TTL), false when the record changed or ctx ended.
-func (r *runner) waitPrevious(ctx context.Context, prev record, mod int64) bool {
+func (r *runner) waitPrevious(ctx context.Context, key string, prev record, mod int64) bool {
 	id, err := strconv.ParseInt(prev.Lease, 16, 64)
 	if err != nil {
 		return true // not a record singleton wrote
@@ -116,7 +116,7 @@ func (r *runner) waitPrevious(ctx context.Context, prev record, mod int64) bool 
 	r.log.Info("waiting for the previous leader's command to end", "owner", prev.Owner, "token", prev.Token)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	changed := r.cli.Watch(wctx, recordKey(r.cfg.name), clientv3.WithRev(mod+1))
+	changed := r.cli.Watch(wctx, key, clientv3.WithRev(mod+1))
 	var goneAt time.Time
 	for {
 		wait := recordCheck
@@ -155,7 +155,7 @@ func (r *runner) waitPrevious(ctx context.Context, prev record, mod int64) bool 
 func (r *runner) release(t *election.Term, mine string) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.Session().TTL())
 	defer cancel()
-	key := recordKey(r.cfg.name)
+	key := recordKey(t.Token().Name)
 	for {
 		_, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", mine)).Then(clientv3.OpDelete(key)).Commit()
 		if err == nil {

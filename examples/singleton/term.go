@@ -43,6 +43,11 @@ func newRunner(cli *clientv3.Client, c config, log *slog.Logger) (*runner, error
 // work is one term: wait until no earlier command can run, run the command
 // under a keeper, and return once its process group is empty.
 func (r *runner) work(ctx context.Context, t *election.Term) error {
+	if r.cfg.group != "" { // many names' terms run at once: say which
+		named := *r
+		named.log = r.log.With("name", t.Token().Name)
+		r = &named
+	}
 	mine, err := r.claim(ctx, t)
 	defer r.release(t, mine) // also after a claim whose reply was lost
 	if err != nil {
@@ -61,7 +66,7 @@ func (r *runner) runCommand(ctx context.Context, t *election.Term) error {
 	}
 	cmd := exec.Command(r.exe, append([]string{"--grace", r.cfg.grace.String(), "--"}, r.cfg.argv...)...)
 	cmd.Env = append(os.Environ(), keeperEnv+"=1",
-		"LEASEHOLD_TOKEN="+t.Token().String(), "LEASEHOLD_KEY="+t.Key())
+		"LEASEHOLD_NAME="+t.Token().Name, "LEASEHOLD_TOKEN="+t.Token().String(), "LEASEHOLD_KEY="+t.Key())
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{control}
 	// Signals for the runner's job (a terminal's Ctrl-C, kill -9 of its
