@@ -6,13 +6,25 @@
 //	inspect --endpoints 127.0.0.1:2379 --kind election leader-example
 //	inspect --endpoints 127.0.0.1:2379 --prefix jobs/ -o json
 //	inspect --endpoints 127.0.0.1:2379 --watch jobs/billing
+//	inspect --endpoints 127.0.0.1:2379 --group jobs [--watch] [-o json]
 //	inspect --explain --ttl 10s
 //
+// --group shows an election.RunGroup group instead of queues: a line with
+// its replicas, names, cap (the most names a replica leads once balanced)
+// and how many names are misplaced (not led by the replica the group
+// assigns them to; 0 once balanced), then one row per replica (identity,
+// lease, names it leads, is assigned, lists, has declined) in the order
+// they joined, and one row per name (the replica assigned, the leader, the
+// leader's token revision; "-" when nobody leads). It goes with neither
+// NAME, --prefix nor --kind.
+//
 // --watch redraws on every change of the keys (and every second, for the
-// TTLs); a failed redraw is shown in the table, or logged on stderr with -o
-// json. -o json prints the queues as JSON, one document per line (per
-// redraw): snake_case keys, tokens as {"name","revision"}, leases in hex as
-// in the table and etcdctl, durations in nanoseconds (the _ns keys).
+// TTLs); with --group, on every change under --root, since a group's names
+// may be anywhere under it. A failed redraw is shown in the table, or
+// logged on stderr with -o json. -o json prints the queues (or the group)
+// as JSON, one document per line (per redraw): snake_case keys, tokens as
+// {"name","revision"}, leases in hex as in the table and etcdctl,
+// durations in nanoseconds (the _ns keys).
 // --root is the key prefix the services pass to fencing.WithRoot (default
 // "leasehold/"). --timeout bounds each read of etcd. --explain prints the safety budget of
 // a TTL and margin: how long a crashed holder blocks its successor, how long
@@ -54,7 +66,7 @@ func main() {
 type config struct {
 	conn                 connect.Config
 	kind, prefix, output string
-	root                 string
+	root, group          string
 	watch, explain       bool
 	ttl, margin, timeout time.Duration
 	name                 string
@@ -73,6 +85,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	c.conn.Register(fs, "")
 	fs.StringVar(&c.kind, "kind", "", `"lock" or "election"; unset: lock for NAME, both for --prefix`)
 	fs.StringVar(&c.prefix, "prefix", "", "show every queue whose name starts with this, instead of NAME")
+	fs.StringVar(&c.group, "group", "", "show this election.RunGroup group's replicas and names, instead of NAME")
 	fs.StringVar(&c.root, "root", fencing.DefaultRoot, "the key prefix the services pass to fencing.WithRoot")
 	fs.StringVar(&c.output, "o", "table", `output format: "table" or "json"`)
 	fs.BoolVar(&c.watch, "watch", false, "redraw on every change until interrupted")
@@ -82,6 +95,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.margin, "margin", 0, "safety margin, for --explain; unset: the library's default")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: inspect [--endpoints E] [TLS flags] [--kind K] [-o table|json] [--watch] NAME | --prefix P")
+		fmt.Fprintln(stderr, "       inspect [--endpoints E] [TLS flags] [-o table|json] [--watch] --group G")
 		fmt.Fprintln(stderr, "       inspect --explain [--ttl D] [--margin D]")
 		fs.PrintDefaults()
 	}
@@ -89,14 +103,16 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if err != nil {
 		return c, err
 	}
-	prefixSet := false
-	fs.Visit(func(f *flag.Flag) { prefixSet = prefixSet || f.Name == "prefix" })
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case c.explain:
 		return c, nil
-	case len(names) > 1 || len(names) == 1 && prefixSet || len(names) == 0 && !prefixSet:
+	case len(names)+count(set["prefix"])+count(set["group"]) != 1:
 		fs.Usage()
-		return c, errors.New("give one NAME or --prefix")
+		return c, errors.New("give one NAME, --prefix or --group")
+	case set["group"] && set["kind"]:
+		return c, errors.New("--kind does not go with --group: a group's names are elections")
 	case c.output != "table" && c.output != "json":
 		return c, fmt.Errorf("-o %q: want table or json", c.output)
 	case c.kind != "" && c.kind != string(fencing.KindLock) && c.kind != string(fencing.KindElection):
@@ -110,6 +126,11 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if _, err := inspect.SubtreePrefix(c.root, c.prefix); err != nil {
 		return c, fmt.Errorf("--root %q, --prefix %q: %w", c.root, c.prefix, err)
 	}
+	if set["group"] {
+		if err := fencing.ValidateName(c.group); err != nil {
+			return c, fmt.Errorf("--group %q: %w", c.group, err)
+		}
+	}
 	if len(names) == 1 {
 		c.name = names[0]
 		if err := fencing.ValidateName(c.name); err != nil {
@@ -120,6 +141,14 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	return c, nil
+}
+
+// count is 1 for true, 0 for false.
+func count(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // parseInterspersed parses flags given before or after the positional
@@ -205,6 +234,9 @@ func explain(c config, stdout, stderr io.Writer) int {
 // has a queue as the other kind, it says so on stderr: a lock and an
 // election of one name are different things, and "free" alone misleads.
 func once(ctx context.Context, cli *clientv3.Client, c config, s *screen, stderr io.Writer) error {
+	if c.group != "" {
+		return show(ctx, cli, c, s)
+	}
 	qs, err := read(ctx, cli, c)
 	if err != nil {
 		return err
@@ -248,15 +280,30 @@ func read(ctx context.Context, cli *clientv3.Client, c config) ([]inspect.Queue,
 	return []inspect.Queue{q}, err
 }
 
-// keyRange is the etcd key prefix of what the command line asks for.
+// keyRange is the etcd key prefix of what the command line asks for: for a
+// group, the whole root, since the elections of its names may be anywhere
+// under it.
 func keyRange(c config) (string, error) {
+	if c.group != "" {
+		return inspect.SubtreePrefix(c.root, "")
+	}
 	if c.name == "" {
 		return inspect.SubtreePrefix(c.root, c.prefix)
 	}
 	return inspect.KeyPrefix(c.root, fencing.Kind(c.kind), c.name)
 }
 
+// show reads and draws what the command line asks for.
 func show(ctx context.Context, cli *clientv3.Client, c config, s *screen) error {
+	if c.group != "" {
+		rctx, cancel := context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+		g, err := inspect.ReadGroup(rctx, cli, c.root, c.group)
+		if err != nil {
+			return err
+		}
+		return s.drawGroup(g, time.Now())
+	}
 	qs, err := read(ctx, cli, c)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -154,6 +155,11 @@ func TestBadCommandLinesExitTwo(t *testing.T) {
 		{"--endpoints", "x", "--prefix", "p", "a"},
 		{"--explain", "--ttl", "1s"},
 		{"--explain", "--ttl", "4s", "--margin", "2s"},
+		{"--endpoints", "x", "--group", "g", "a"},
+		{"--endpoints", "x", "--group", "g", "--prefix", "p"},
+		{"--endpoints", "x", "--group", "g", "--kind", "election"},
+		{"--endpoints", "x", "--group", "a#b"},
+		{"--endpoints", "x", "--group", ""},
 	} {
 		if code, _, stderr := runInspect(t, args...); code != 2 || stderr == "" {
 			t.Errorf("inspect %q: exit %d, stderr %q; want 2 and a reason", args, code, stderr)
@@ -330,5 +336,97 @@ func TestRootFlag(t *testing.T) {
 		if code, _, _ := runInspect(t, append([]string{"--endpoints", c.Endpoints()[0]}, bad...)...); code != 2 {
 			t.Errorf("%q: exit %d; want 2", bad, code)
 		}
+	}
+}
+
+// replica runs a RunGroup replica of group over names, with identity id,
+// until the test ends.
+func replica(t *testing.T, c *etcdtest.Cluster, group, id string, names []string) {
+	fencingtest.GroupReplica(t, c.Client(t), group, id, names)
+}
+
+// waitGroup waits until group has replicas members and every name is led
+// by the replica the group assigns it to, and returns it.
+func waitGroup(t *testing.T, c *etcdtest.Cluster, group string, replicas int) inspect.Group {
+	t.Helper()
+	var g inspect.Group
+	etcdtest.WaitFor(t, fencingtest.Wait, fmt.Sprintf("%d replicas, balanced", replicas), func() bool {
+		var err error
+		g, err = inspect.ReadGroup(t.Context(), c.Admin, fencing.DefaultRoot, group)
+		return err == nil && len(g.Replicas) == replicas && g.Misplaced == 0
+	})
+	return g
+}
+
+// As a user runs it: --group shows the replicas and who leads each name,
+// as a table and as JSON.
+func TestProgramShowsGroup(t *testing.T) {
+	c := etcdtest.Single(t)
+	names := []string{"jobs/a", "jobs/b", "jobs/c", "jobs/d", "jobs/e"}
+	replica(t, c, "jobs", "host-a/1", names)
+	replica(t, c, "jobs", "host-b/2", names)
+	g := waitGroup(t, c, "jobs", 2)
+	ep := c.Endpoints()[0]
+	code, out, stderr := progtest.Run(t, time.Minute, nil, "--endpoints", ep, "--group", "jobs")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	t.Logf("output:\n%s", out)
+	if !strings.Contains(out, `group "jobs" at revision `) || !strings.Contains(out, ": replicas 2, names 5, cap 3, misplaced 0, excess 0") {
+		t.Fatalf("no summary line:\n%s", out)
+	}
+	for _, r := range g.Replicas {
+		row := fmt.Sprintf(`(?m)^  "%s"\s+%x\s+%d\s+%d\s+5\s+0$`, regexp.QuoteMeta(r.Identity), int64(r.Lease), r.Leads, r.Assigned)
+		if !regexp.MustCompile(row).MatchString(out) {
+			t.Errorf("no row %s:\n%s", row, out)
+		}
+	}
+	for _, n := range g.Names {
+		row := fmt.Sprintf(`(?m)^  "%s"\s+"%s"\s+"%s"\s+%d$`, n.Name, n.Assigned, n.Leader.Value, n.Leader.Token.Revision)
+		if !regexp.MustCompile(row).MatchString(out) {
+			t.Errorf("no row %s:\n%s", row, out)
+		}
+	}
+
+	code, out, stderr = progtest.Run(t, time.Minute, nil, "--endpoints", ep, "--group", "jobs", "-o", "json")
+	if code != 0 || strings.Count(out, "\n") != 1 {
+		t.Fatalf("-o json: exit %d, want one line:\n%s\n%s", code, out, stderr)
+	}
+	var got inspect.Group
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	got.Revision = g.Revision // nothing the test compares changes between the reads
+	if !reflect.DeepEqual(got, g) {
+		t.Fatalf("JSON says\n%+v\nReadGroup says\n%+v", got, g)
+	}
+	if code, out, _ := progtest.Run(t, time.Minute, nil, "--endpoints", ep, "--group", "nobody"); code != 0 ||
+		!strings.Contains(out, `group "nobody" at revision`) || !strings.Contains(out, "replicas 0, names 0") {
+		t.Fatalf("a group with no members: exit %d:\n%s", code, out)
+	}
+}
+
+// --watch --group redraws when a replica joins and the names move.
+func TestWatchGroupRedrawsOnJoin(t *testing.T) {
+	c := etcdtest.Single(t)
+	names := []string{"mail/eu", "mail/us"}
+	replica(t, c, "mailers", "host-a/1", names)
+	waitGroup(t, c, "mailers", 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	var out etcdtest.Buffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"--endpoints", c.Endpoints()[0], "--watch", "--group", "mailers"}, &out, &out)
+	}()
+	etcdtest.WaitFor(t, fencingtest.Wait, "a table of one replica", func() bool {
+		return strings.Contains(out.String(), "replicas 1, names 2, cap 2, misplaced 0")
+	})
+	replica(t, c, "mailers", "host-b/2", names)
+	etcdtest.WaitFor(t, fencingtest.Wait, "a table of two replicas, balanced", func() bool {
+		return strings.Contains(out.String(), "replicas 2, names 2, cap 1, misplaced 0")
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("watch exit %d:\n%s", code, out.String())
 	}
 }

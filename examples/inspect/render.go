@@ -14,7 +14,7 @@ import (
 	"github.com/leasehold/leasehold/fencing/inspect"
 )
 
-// screen draws snapshots of queues: as tables, redrawn in place on a
+// screen draws snapshots of queues or of a group: as tables, redrawn in place on a
 // terminal, or as JSON, one document per line.
 type screen struct {
 	w     io.Writer
@@ -35,8 +35,25 @@ func newScreen(w io.Writer, output string, log *slog.Logger) *screen {
 }
 
 func (s *screen) draw(qs []inspect.Queue, now time.Time) error {
+	return s.frame(qs, now, func(b *strings.Builder) {
+		if len(qs) == 0 {
+			b.WriteString("no locks or elections held or awaited\n")
+		}
+		for _, q := range qs {
+			table(b, q)
+		}
+	})
+}
+
+func (s *screen) drawGroup(g inspect.Group, now time.Time) error {
+	return s.frame(g, now, func(b *strings.Builder) { groupTable(b, g) })
+}
+
+// frame draws one snapshot: v as one line of JSON, or the table body
+// writes, under the time, in place of the last one on a terminal.
+func (s *screen) frame(v any, now time.Time, body func(*strings.Builder)) error {
 	if s.json {
-		return json.NewEncoder(s.w).Encode(qs) // one line per snapshot, for jq and scripts
+		return json.NewEncoder(s.w).Encode(v) // one line per snapshot, for jq and scripts
 	}
 	var b strings.Builder
 	switch {
@@ -47,12 +64,7 @@ func (s *screen) draw(qs []inspect.Queue, now time.Time) error {
 	}
 	s.drawn = true
 	fmt.Fprintf(&b, "%s\n", now.Format(time.DateTime))
-	if len(qs) == 0 {
-		b.WriteString("no locks or elections held or awaited\n")
-	}
-	for _, q := range qs {
-		table(&b, q)
-	}
+	body(&b)
 	_, err := io.WriteString(s.w, b.String())
 	return err
 }
@@ -86,6 +98,33 @@ func table(b *strings.Builder, q inspect.Queue) {
 			}
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%x\t%s\n", role, e.Token, printable(e.Value), int64(e.Lease), ttl(e))
+	}
+	tw.Flush()
+}
+
+// groupTable prints a group: a summary, its replicas in the order they
+// joined, then its names.
+func groupTable(b *strings.Builder, g inspect.Group) {
+	fmt.Fprintf(b, "\ngroup %q at revision %d: replicas %d, names %d, cap %d, misplaced %d, excess %d\n",
+		g.Name, g.Revision, len(g.Replicas), len(g.Names), g.Cap, g.Misplaced, g.Excess)
+	if len(g.Replicas) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  REPLICA\tLEASE\tLEADS\tASSIGNED\tLISTED\tDECLINED")
+	for _, r := range g.Replicas {
+		fmt.Fprintf(tw, "  %s\t%x\t%d\t%d\t%d\t%d\n", printable(r.Identity), int64(r.Lease), r.Leads, r.Assigned, r.Listed, len(r.Declined))
+	}
+	tw.Flush()
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME\tASSIGNED\tLEADER\tTOKEN")
+	for _, n := range g.Names {
+		leader, token := "-", "-"
+		if n.Leader != nil {
+			leader, token = printable(n.Leader.Value), fmt.Sprint(n.Leader.Token.Revision)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", printable(n.Name), printable(n.Assigned), leader, token)
 	}
 	tw.Flush()
 }

@@ -1,6 +1,7 @@
 // Package inspect is the operator's view of leasehold: the key ranges of
 // names (for etcd grants, etcdctl and watches), the queues as etcd holds
-// them, and the timing budget of a session configuration. It only reads; an
+// them, how an election.RunGroup group spreads its names over its replicas,
+// and the timing budget of a session configuration. It only reads; an
 // application that locks needs none of it.
 package inspect
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
@@ -23,14 +25,17 @@ import (
 
 // KeyPrefix returns the prefix of every etcd key of the lock (fencing.KindLock)
 // or election (fencing.KindElection) called name under root, and of no
-// other key. Use it to watch or list one queue. Kind "" gives the range of
-// every key of the name: both queues, and any key an application keeps
-// about the name (examples/singleton keeps its running record at this
-// prefix + "singleton"); grant it to give a service one name: etcdctl role
-// grant-permission --prefix ROLE readwrite PREFIX. A bad root or kind returns fencing.ErrInvalidArgument, a
-// bad name fencing.ErrInvalidName.
+// other key. Use it to watch or list one queue. fencing.KindGroup gives the
+// membership keys of the election.RunGroup group called name (the elections
+// of its names are each under the name's own prefix). Kind "" gives the
+// range of every key of the name: both queues, a group's members, and any
+// key an application keeps about the name (examples/singleton keeps its
+// running record at this prefix + "singleton"); grant it to give a service
+// one name: etcdctl role grant-permission --prefix ROLE readwrite PREFIX. A
+// bad root or kind returns fencing.ErrInvalidArgument, a bad name
+// fencing.ErrInvalidName.
 func KeyPrefix(root string, kind fencing.Kind, name string) (string, error) {
-	if err := check(root, kind, true); err != nil {
+	if err := check(root, kind, "", fencing.KindLock, fencing.KindElection, fencing.KindGroup); err != nil {
 		return "", fmt.Errorf("inspect: KeyPrefix: %w", err)
 	}
 	if err := keyspace.ValidateName(name); err != nil {
@@ -46,7 +51,7 @@ func KeyPrefix(root string, kind fencing.Kind, name string) (string, error) {
 // or list them all with etcdctl get --prefix. A namePrefix that no name
 // starts (one with '#', say) returns fencing.ErrInvalidName.
 func SubtreePrefix(root, namePrefix string) (string, error) {
-	if err := check(root, "", true); err != nil {
+	if err := check(root, "", ""); err != nil {
 		return "", fmt.Errorf("inspect: SubtreePrefix: %w", err)
 	}
 	if err := keyspace.ValidatePrefix(namePrefix); err != nil {
@@ -96,21 +101,35 @@ type entryAlias Entry
 
 // MarshalJSON writes the entry with its lease in hex.
 func (e Entry) MarshalJSON() ([]byte, error) {
-	return json.Marshal(entryJSON{(*entryAlias)(&e), strconv.FormatInt(int64(e.Lease), 16)})
+	return json.Marshal(entryJSON{(*entryAlias)(&e), formatLease(e.Lease)})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (e *Entry) UnmarshalJSON(b []byte) error {
 	v := entryJSON{entryAlias: (*entryAlias)(e)}
-	if err := json.Unmarshal(b, &v); err != nil {
+	return decodeLeased(b, &v, &v.Lease, &e.Lease)
+}
+
+// decodeLeased decodes b into v, which puts the lease's hex in *hex, and
+// sets *lease from it.
+func decodeLeased(b []byte, v any, hex *string, lease *clientv3.LeaseID) (err error) {
+	if err := json.Unmarshal(b, v); err != nil {
 		return err
 	}
-	id, err := strconv.ParseInt(v.Lease, 16, 64)
+	*lease, err = parseLease(*hex)
+	return err
+}
+
+// formatLease writes a lease in hex, as etcdctl and the library's logs do.
+func formatLease(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
+
+// parseLease reads what formatLease writes.
+func parseLease(s string) (clientv3.LeaseID, error) {
+	id, err := strconv.ParseInt(s, 16, 64)
 	if err != nil {
-		return fmt.Errorf("inspect: lease %q: %w", v.Lease, err)
+		return 0, fmt.Errorf("inspect: lease %q: %w", s, err)
 	}
-	e.Lease = clientv3.LeaseID(id)
-	return nil
+	return clientv3.LeaseID(id), nil
 }
 
 // Owner returns the queue's first entry, which owns the lock or leads the
@@ -128,7 +147,7 @@ func (q Queue) Owner() (Entry, bool) {
 // argument returns fencing.ErrInvalidArgument, a bad name
 // fencing.ErrInvalidName.
 func Read(ctx context.Context, cli *clientv3.Client, root string, kind fencing.Kind, name string) (Queue, error) {
-	err := usable(ctx, cli, root, kind, false)
+	err := usable(ctx, cli, root, kind, fencing.KindLock, fencing.KindElection)
 	if err == nil {
 		err = keyspace.ValidateName(name)
 	}
@@ -150,7 +169,7 @@ func Read(ctx context.Context, cli *clientv3.Client, root string, kind fencing.K
 // only those of one kind when kind is not "". Free locks have no keys and
 // are not listed.
 func ReadPrefix(ctx context.Context, cli *clientv3.Client, root string, kind fencing.Kind, namePrefix string) ([]Queue, error) {
-	err := usable(ctx, cli, root, kind, true)
+	err := usable(ctx, cli, root, kind, "", fencing.KindLock, fencing.KindElection)
 	if err == nil {
 		err = keyspace.ValidatePrefix(namePrefix)
 	}
@@ -161,26 +180,28 @@ func ReadPrefix(ctx context.Context, cli *clientv3.Client, root string, kind fen
 	return qs, err
 }
 
-// check validates a root and a kind ("" allowed when anyKind).
-func check(root string, kind fencing.Kind, anyKind bool) error {
+// check validates a root, and a kind among those the caller accepts ("" for
+// any kind, when it accepts that): Read would find no queue of a group, and
+// KeyPrefix has a range for every kind.
+func check(root string, kind fencing.Kind, accepted ...fencing.Kind) error {
 	if err := keyspace.ValidateRoot(root); err != nil {
 		return fmt.Errorf("%w: %w", fencing.ErrInvalidArgument, err)
 	}
-	if kind != fencing.KindLock && kind != fencing.KindElection && (kind != "" || !anyKind) {
+	if !slices.Contains(accepted, kind) {
 		return fmt.Errorf("%w: kind %q", fencing.ErrInvalidArgument, kind)
 	}
 	return nil
 }
 
 // usable is check, and a ctx and a client to read with.
-func usable(ctx context.Context, cli *clientv3.Client, root string, kind fencing.Kind, anyKind bool) error {
+func usable(ctx context.Context, cli *clientv3.Client, root string, kind fencing.Kind, accepted ...fencing.Kind) error {
 	switch {
 	case ctx == nil:
 		return fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
 	case cli == nil:
 		return fmt.Errorf("%w: nil client", fencing.ErrInvalidArgument)
 	}
-	return check(root, kind, anyKind)
+	return check(root, kind, accepted...)
 }
 
 // inspect reads every key under prefix of a queue of kind ("" for any),
@@ -217,8 +238,7 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 			byName[kind+keyspace.Sep+name] = q
 			qs = append(qs, q)
 		}
-		q.Entries = append(q.Entries, Entry{Token: fencing.Token{Name: name, Revision: kv.CreateRevision},
-			Key: string(kv.Key), Value: string(kv.Value), Lease: clientv3.LeaseID(kv.Lease)})
+		q.Entries = append(q.Entries, entryOf(name, kv))
 	}
 	slices.SortFunc(qs, func(a, b *Queue) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
 	out := make([]Queue, len(qs))
@@ -226,6 +246,12 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 		out[i] = *q
 	}
 	return out, resp.Header.Revision, nil
+}
+
+// entryOf is the key kv of a queue of name, without its lease's TTL.
+func entryOf(name string, kv *mvccpb.KeyValue) Entry {
+	return Entry{Token: fencing.Token{Name: name, Revision: kv.CreateRevision},
+		Key: string(kv.Key), Value: string(kv.Value), Lease: clientv3.LeaseID(kv.Lease)}
 }
 
 // leaseQueries bounds the TimeToLive requests in flight during an inspect.

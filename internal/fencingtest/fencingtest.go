@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -157,4 +158,32 @@ func NamesPackageOnce(t testing.TB, pkg string, err error) {
 			t.Errorf("%q names %s %d times", text, p, n)
 		}
 	}
+}
+
+// GroupReplica runs an election.RunGroup replica of group with identity id
+// over names, on cli, each work blocking until its context ends. The
+// returned func stops it and waits for RunGroup to return nil; it also runs
+// when the test ends, before the cleanups registered earlier (closing a cli
+// made before the call).
+func GroupReplica(t testing.TB, cli *clientv3.Client, group, id string, names []string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- election.RunGroup(ctx, cli, group, names, func(ctx context.Context, _ *election.Term) error {
+			<-ctx.Done()
+			return nil
+		}, election.WithSessionOptions(fencing.WithIdentity(id)))
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := ReturnsBy(t, Wait, "RunGroup of "+id, func() error { return <-done }); err != nil {
+				t.Errorf("RunGroup of %s: %v", id, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
