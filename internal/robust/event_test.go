@@ -7,6 +7,7 @@ func TestEventRoundTrip(t *testing.T) {
 	for _, e := range []event{
 		{worker: "p0", kind: "acquire", token: 5},
 		{worker: "p1", kind: "write", token: 5, value: 3, rev: 9, outcome: "ok"},
+		{worker: "g1", kind: "write", token: 5, value: 3, rev: 9, outcome: "ok", name: "group/job-1"},
 	} {
 		got, ok := parseEvent(e.String())
 		if !ok || got != e {

@@ -1,6 +1,7 @@
 package robust_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -20,7 +21,9 @@ type harness struct {
 	t      *testing.T
 	c      *etcdtest.Cluster
 	impl   string
-	store  string
+	store  string   // the store's URL; for the group workload, the group
+	helper string   // the helper subprocess workers run: "worker" unless set
+	extra  []func() // faults of a workload's own, besides the common ones
 	events chan event
 	rng    *rand.Rand
 	faults map[string]int
@@ -36,6 +39,36 @@ type harness struct {
 	done   []chan struct{}           // guarded by mu: ends of fault goroutines
 }
 
+// newHarness returns a harness for impl's workers on c; store is the
+// store's URL (the group's name, for the group workload).
+func newHarness(t *testing.T, c *etcdtest.Cluster, impl, store string) *harness {
+	return &harness{t: t, c: c, impl: impl, store: store, events: make(chan event, 4096),
+		faults: map[string]int{}, links: map[string]*etcdtest.Link{}, procs: map[string]*etcdtest.Proc{},
+		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))}
+}
+
+// collect gathers the workers' events, taking each acquirer as the faults'
+// next target. Call the returned func once every worker has stopped: it
+// returns them all.
+func (h *harness) collect() (events func() []event) {
+	var all []event
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range h.events {
+			if e.kind == "acquire" {
+				h.acquired(e.worker)
+			}
+			all = append(all, e)
+		}
+	}()
+	return func() []event {
+		close(h.events)
+		<-done
+		return all
+	}
+}
+
 func (h *harness) inProcess(ctx context.Context, wg *sync.WaitGroup, name string) {
 	cli, link := h.c.ProxiedClient(h.t)
 	h.mu.Lock()
@@ -48,7 +81,7 @@ func (h *harness) inProcess(ctx context.Context, wg *sync.WaitGroup, name string
 
 func (h *harness) subprocess(name string) {
 	link := h.c.NewLink(h.t)
-	p := etcdtest.StartHelper(h.t, "worker", append([]string{name, h.impl, h.store}, link.Endpoints()...)...)
+	p := etcdtest.StartHelper(h.t, cmp.Or(h.helper, "worker"), append([]string{name, h.impl, h.store}, link.Endpoints()...)...)
 	h.mu.Lock()
 	h.links[name] = link
 	h.procs[name] = p
@@ -65,8 +98,8 @@ func (h *harness) subprocess(name string) {
 // faultLoop injects a random fault every 0.3–1 s until done says so, then
 // waits for the faults under way to end.
 func (h *harness) faultLoop(ctx context.Context, hist *history, done func() bool) {
-	kinds := []func(){h.blackhole, h.sigstop, h.sigkill, h.stopMember, h.stopLeader,
-		func() { h.compact(hist) }, h.revoke, h.deleteOwner}
+	kinds := append([]func(){h.blackhole, h.sigstop, h.sigkill, h.stopMember, h.stopLeader,
+		func() { h.compact(hist) }, h.revoke, h.deleteOwner}, h.extra...)
 	for ctx.Err() == nil && !done() {
 		pause(ctx, time.Duration(300+h.rng.IntN(700))*time.Millisecond)
 		kinds[h.rng.IntN(len(kinds))]()

@@ -3,7 +3,6 @@ package robust_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +19,7 @@ import (
 
 func TestMain(m *testing.M) {
 	etcdtest.RegisterHelper("worker", workerHelper)
+	etcdtest.RegisterHelper("group-worker", groupWorkerHelper)
 	etcdtest.Main(m)
 }
 
@@ -123,8 +123,7 @@ func runWorkload(t *testing.T, impl string, enforce bool) *run {
 		prefix = "concurrency/"
 	}
 	hist := watchHistory(t, c, prefix)
-	h := &harness{t: t, c: c, impl: impl, store: srv.URL, events: make(chan event, 4096),
-		faults: map[string]int{}, links: map[string]*etcdtest.Link{}, procs: map[string]*etcdtest.Proc{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))}
+	h := newHarness(t, c, impl, srv.URL)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -133,17 +132,7 @@ func runWorkload(t *testing.T, impl string, enforce bool) *run {
 	for i := range 2 {
 		h.subprocess(fmt.Sprint("p", i))
 	}
-	var all []event
-	collect := make(chan struct{})
-	go func() {
-		defer close(collect)
-		for e := range h.events {
-			if e.kind == "acquire" {
-				h.acquired(e.worker)
-			}
-			all = append(all, e)
-		}
-	}()
+	events := h.collect()
 	start := time.Now()
 	h.faultLoop(ctx, hist, func() bool {
 		if time.Since(start) > maxTime {
@@ -154,9 +143,7 @@ func runWorkload(t *testing.T, impl string, enforce bool) *run {
 	cancel()
 	h.stopAll()
 	wg.Wait()
-	close(h.events)
-	<-collect
-	r := &run{impl: impl, events: all, faults: h.faults, duration: time.Since(start)}
+	r := &run{impl: impl, events: events(), faults: h.faults, duration: time.Since(start)}
 	resp, err := c.Admin.Get(t.Context(), counterKey)
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +165,7 @@ type history struct {
 	lives []*keyLife          // guarded by mu
 	live  map[string]*keyLife // guarded by mu: the current life of each existing key
 	seen  int64               // guarded by mu: the last revision observed
+	raw   []*clientv3.Event   // guarded by mu: every event, in order
 }
 
 func watchHistory(t *testing.T, c *etcdtest.Cluster, prefix string) *history {
@@ -197,6 +185,7 @@ func watchHistory(t *testing.T, c *etcdtest.Cluster, prefix string) *history {
 				return
 			}
 			h.mu.Lock()
+			h.raw = append(h.raw, resp.Events...)
 			for _, ev := range resp.Events {
 				k := string(ev.Kv.Key)
 				if ev.Type == clientv3.EventTypePut && ev.IsCreate() {

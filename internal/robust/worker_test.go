@@ -1,6 +1,7 @@
 package robust_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,23 +33,21 @@ type event struct {
 	value   int64  // the counter value written
 	rev     int64  // commit revision of a write
 	outcome string // ok, notowner, conflict, unknown (the write may or may not have committed), stale
+	name    string // the group workload's name whose counter is written ("" for the lock's)
 }
 
 func (e event) String() string {
-	outcome := e.outcome
-	if outcome == "" {
-		outcome = "-" // keep the line's seven fields
-	}
-	return fmt.Sprintf("ev %s %s %d %d %d %s", e.worker, e.kind, e.token, e.value, e.rev, outcome)
+	// "-" keeps the line's eight fields.
+	return fmt.Sprintf("ev %s %s %d %d %d %s %s", e.worker, e.kind, e.token, e.value, e.rev, cmp.Or(e.outcome, "-"), cmp.Or(e.name, "-"))
 }
 
 func parseEvent(line string) (event, bool) {
 	f := strings.Fields(line)
-	if len(f) != 7 || f[0] != "ev" {
+	if len(f) != 8 || f[0] != "ev" {
 		return event{}, false
 	}
 	var e event
-	e.worker, e.kind, e.outcome = f[1], f[2], strings.TrimPrefix(f[6], "-")
+	e.worker, e.kind, e.outcome, e.name = f[1], f[2], strings.TrimPrefix(f[6], "-"), strings.TrimPrefix(f[7], "-")
 	e.token, _ = strconv.ParseInt(f[3], 10, 64)
 	e.value, _ = strconv.ParseInt(f[4], 10, 64)
 	e.rev, _ = strconv.ParseInt(f[5], 10, 64)
@@ -69,7 +68,17 @@ type worker struct {
 // workerHelper runs a worker in a subprocess until stdin closes. Args:
 // name, impl, store URL, endpoints...
 func workerHelper(args []string) int {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: args[3:], DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+	return asHelper(args[3:], func(ctx context.Context, cli *clientv3.Client) {
+		w := &worker{name: args[0], impl: args[1], cli: cli, store: args[2],
+			emit: func(e event) { fmt.Println(e) }, rng: rand.New(rand.NewPCG(uint64(os.Getpid()), 1))}
+		w.run(ctx)
+	})
+}
+
+// asHelper runs f in a subprocess helper with a client of endpoints, until
+// stdin closes (f's ctx then ends).
+func asHelper(endpoints []string, f func(ctx context.Context, cli *clientv3.Client)) int {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
 		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -81,9 +90,7 @@ func workerHelper(args []string) int {
 		os.Stdin.Read(make([]byte, 1))
 		cancel()
 	}()
-	w := &worker{name: args[0], impl: args[1], cli: cli, store: args[2],
-		emit: func(e event) { fmt.Println(e) }, rng: rand.New(rand.NewPCG(uint64(os.Getpid()), 1))}
-	w.run(ctx)
+	f(ctx, cli)
 	return 0
 }
 
@@ -198,21 +205,25 @@ func (w *worker) increment(ctx context.Context, tok int64, write writeFunc) {
 	// unknown outcome: the attempt says so.
 	w.emit(event{worker: w.name, kind: "attempt", token: tok, value: n + 1})
 	txn, err := write(wctx, rev, strconv.FormatInt(n+1, 10))
-	switch {
-	case errors.Is(err, guard.ErrNotOwner):
-		e.outcome = "notowner"
-	case err != nil:
-		e.outcome = "unknown"
-	case !txn.Succeeded:
-		e.outcome = "conflict"
-	default:
-		e.outcome, e.rev = "ok", txn.Header.Revision
-	}
+	e.outcome, e.rev = outcome(txn, err)
 	w.emit(e)
 	// The store write does not depend on etcd's answer: a holder that lost
 	// the lock and has not noticed writes here too, and only the token
 	// stops it.
 	w.emit(event{worker: w.name, kind: "store", token: tok, value: n + 1, outcome: w.post(wctx, tok, n+1)})
+}
+
+// outcome is what a write's answer says of it, and its commit revision.
+func outcome(txn *clientv3.TxnResponse, err error) (string, int64) {
+	switch {
+	case errors.Is(err, guard.ErrNotOwner):
+		return "notowner", 0
+	case err != nil:
+		return "unknown", 0
+	case !txn.Succeeded:
+		return "conflict", 0
+	}
+	return "ok", txn.Header.Revision
 }
 
 // post writes value to the store under the token and returns the outcome.

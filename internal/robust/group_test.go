@@ -1,0 +1,281 @@
+package robust_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/keyspace"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const (
+	groupName  = "robust-group"
+	groupNames = 12
+	// groupCounters holds one counter per name: "COUNT TOKEN", the token
+	// of the term that wrote it.
+	groupCounters = "robust/group/"
+)
+
+func groupNameList() []string {
+	names := make([]string, groupNames)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s/job-%d", groupName, i)
+	}
+	return names
+}
+
+// TestGroupUnderFaults runs election.RunGroup replicas, two in this process
+// and two in subprocesses, while faults hit them and etcd: each name's work
+// makes guarded increments of the name's own counter. Every increment must
+// be made under the term that led the name at its commit revision, every
+// counter must count each increment once (acknowledged ones all there), and
+// once the faults stop the group must be balanced again.
+func TestGroupUnderFaults(t *testing.T) {
+	c := etcdtest.Three(t)
+	maxTime, _ := runLength()
+	hist := watchHistory(t, c, "")
+	h := newHarness(t, c, "group", groupName)
+	h.helper, h.extra = "group-worker", []func(){h.deleteLeader, h.deleteMember}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range 2 {
+		cli, link := c.ProxiedClient(t)
+		name := fmt.Sprint("g", i)
+		h.mu.Lock()
+		h.links[name] = link
+		h.mu.Unlock()
+		wg.Go(func() { groupWorker(ctx, name, cli, func(e event) { h.events <- e }) })
+	}
+	for i := range 2 {
+		h.subprocess(fmt.Sprint("q", i))
+	}
+	events := h.collect()
+	start := time.Now()
+	h.faultLoop(ctx, hist, func() bool { return time.Since(start) > maxTime })
+	h.mu.Lock()
+	live := 2 + len(h.procs) // a killed subprocess was replaced
+	h.mu.Unlock()
+	waitGroupBalanced(t, c, live)
+	cancel()
+	h.stopAll()
+	wg.Wait()
+	all := events()
+	resp, err := c.Admin.Get(t.Context(), "robust/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist.until(t, resp.Header.Revision)
+	hist.mu.Lock()
+	raw := slices.Clone(hist.raw)
+	hist.mu.Unlock()
+	acked, incs := 0, 0
+	for _, e := range all {
+		if e.kind == "write" && e.outcome == "ok" {
+			acked++
+		}
+	}
+	for _, v := range groupViolations(raw, all) {
+		t.Error(v)
+	}
+	for _, ev := range raw {
+		if strings.HasPrefix(string(ev.Kv.Key), groupCounters) && ev.Type == clientv3.EventTypePut {
+			incs++
+		}
+	}
+	t.Logf("group: %v, %d increments committed (%d acknowledged), faults %v", time.Since(start).Round(time.Second), incs, acked, h.faults)
+	if acked < groupNames {
+		t.Errorf("only %d acknowledged increments: the workload did not run", acked)
+	}
+}
+
+// waitGroupBalanced waits until inspect reports n replicas, every name led by
+// the replica the group assigns it to, none over its cap.
+func waitGroupBalanced(t *testing.T, c *etcdtest.Cluster, n int) {
+	var last inspect.Group
+	var lastErr error
+	etcdtest.WaitFor(t, time.Minute, fmt.Sprintf("the group balanced over %d replicas", n), func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		last, lastErr = inspect.ReadGroup(ctx, c.Admin, fencing.DefaultRoot, groupName)
+		if lastErr != nil || len(last.Replicas) != n || last.Misplaced != 0 || len(last.Names) != groupNames {
+			return false
+		}
+		for _, r := range last.Replicas {
+			if r.Leads > last.Cap {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// groupViolations checks the history of the counters against the history
+// of the elections: each put of a counter adds one to the one before and
+// was made by the term leading its name at that revision; each acknowledged
+// increment is in the history at its revision.
+func groupViolations(raw []*clientv3.Event, events []event) []string {
+	var out []string
+	type put struct{ count, token int64 }
+	puts := map[string]map[int64]put{} // name → revision → put
+	last := map[string]int64{}
+	lives := map[string][]*keyLife{} // name → its election keys' lives
+	live := map[string]*keyLife{}
+	for _, ev := range raw {
+		k := string(ev.Kv.Key)
+		if name, ok := strings.CutPrefix(k, groupCounters); ok {
+			if ev.Type != clientv3.EventTypePut {
+				out = append(out, fmt.Sprintf("counter of %s deleted", name))
+				continue
+			}
+			f := strings.Fields(string(ev.Kv.Value))
+			count, _ := strconv.ParseInt(f[0], 10, 64)
+			token, _ := strconv.ParseInt(f[1], 10, 64)
+			if count != last[name]+1 {
+				out = append(out, fmt.Sprintf("counter of %s went from %d to %d at revision %d", name, last[name], count, ev.Kv.ModRevision))
+			}
+			last[name] = count
+			if puts[name] == nil {
+				puts[name] = map[int64]put{}
+			}
+			puts[name][ev.Kv.ModRevision] = put{count, token}
+			if o := ownerOf(lives[name], ev.Kv.ModRevision); o != token {
+				out = append(out, fmt.Sprintf("%s written with token %d at revision %d while %d led it", name, token, ev.Kv.ModRevision, o))
+			}
+			continue
+		}
+		kind, name, ok := keyspace.ParseKey(fencing.DefaultRoot, k)
+		if !ok || kind != string(fencing.KindElection) {
+			continue
+		}
+		if ev.Type == clientv3.EventTypePut && ev.IsCreate() {
+			l := &keyLife{created: ev.Kv.CreateRevision}
+			lives[name] = append(lives[name], l)
+			live[k] = l
+		} else if ev.Type == clientv3.EventTypeDelete && live[k] != nil {
+			live[k].deleted = ev.Kv.ModRevision
+			delete(live, k)
+		}
+	}
+	for _, e := range events {
+		if e.kind != "write" || e.outcome != "ok" {
+			continue
+		}
+		if p, ok := puts[e.name][e.rev]; !ok || p.count != e.value || p.token != e.token {
+			out = append(out, fmt.Sprintf("%s's acknowledged increment of %s to %d at revision %d is not in the history", e.worker, e.name, e.value, e.rev))
+		}
+	}
+	return out
+}
+
+// ownerOf returns the token of the oldest key of lives alive at rev.
+func ownerOf(lives []*keyLife, rev int64) int64 {
+	owner := int64(0)
+	for _, k := range lives {
+		if k.created <= rev && (k.deleted == 0 || k.deleted > rev) && (owner == 0 || k.created < owner) {
+			owner = k.created
+		}
+	}
+	return owner
+}
+
+// groupWorker is one replica of the group until ctx ends: each term's work
+// increments its name's counter, with guarded read-modify-writes, until the
+// term ends.
+func groupWorker(ctx context.Context, id string, cli *clientv3.Client, emit func(event)) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+	var mu sync.Mutex // guards rng
+	election.RunGroup(ctx, cli, groupName, groupNameList(), func(ctx context.Context, term *election.Term) error {
+		name, tok := term.Token().Name, term.Token().Revision
+		emit(event{worker: id, kind: "acquire", token: tok, name: name})
+		for ctx.Err() == nil {
+			increment(ctx, cli, term, id, emit)
+			mu.Lock()
+			d := time.Duration(20+rng.IntN(60)) * time.Millisecond
+			mu.Unlock()
+			pause(ctx, d)
+		}
+		return nil
+	}, election.WithBackoff(10*time.Millisecond, 500*time.Millisecond),
+		election.WithSessionOptions(fencing.WithTTL(ttl), fencing.WithIdentity(id)))
+}
+
+// increment reads the term's counter and writes one more, guarded by the
+// term and by the counter's revision.
+func increment(ctx context.Context, cli *clientv3.Client, term *election.Term, id string, emit func(event)) {
+	name, tok := term.Token().Name, term.Token().Revision
+	key := groupCounters + name
+	rctx, cancel := context.WithTimeout(ctx, ttl)
+	resp, err := cli.Get(rctx, key)
+	cancel()
+	if err != nil {
+		return
+	}
+	var n, rev int64
+	if len(resp.Kvs) > 0 {
+		n, _ = strconv.ParseInt(strings.Fields(string(resp.Kvs[0].Value))[0], 10, 64)
+		rev = resp.Kvs[0].ModRevision
+	}
+	// Sent even if ctx ended meanwhile, as by a process that paused after
+	// its last check: the guard has to stop it.
+	wctx, cancel := context.WithTimeout(context.Background(), ttl)
+	defer cancel()
+	txn, err := guard.Txn(wctx, term).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, fmt.Sprintf("%d %d", n+1, tok))).Commit()
+	e := event{worker: id, kind: "write", token: tok, value: n + 1, name: name}
+	e.outcome, e.rev = outcome(txn, err)
+	emit(e)
+}
+
+// groupWorkerHelper runs groupWorker in a subprocess until stdin closes.
+// Args: name, "group", the group, endpoints...
+func groupWorkerHelper(args []string) int {
+	return asHelper(args[3:], func(ctx context.Context, cli *clientv3.Client) {
+		var mu sync.Mutex // lines from several names' works
+		groupWorker(ctx, args[0], cli, func(e event) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Println(e)
+		})
+	})
+}
+
+// deleteLeader deletes the leader key of a random name, as an operator might.
+func (h *harness) deleteLeader() {
+	h.mu.Lock()
+	name := groupNameList()[h.rng.IntN(groupNames)]
+	h.mu.Unlock()
+	h.deleteOne(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindElection), name), "delete-leader", clientv3.WithFirstCreate()...)
+}
+
+// deleteMember deletes a random replica's membership key: it must rejoin.
+func (h *harness) deleteMember() {
+	h.deleteOne(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindGroup), groupName), "delete-member", clientv3.WithPrefix())
+}
+
+// deleteOne deletes one of the keys a read of prefix with opts returns.
+func (h *harness) deleteOne(prefix, kind string, opts ...clientv3.OpOption) {
+	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
+	defer cancel()
+	resp, err := h.c.Admin.Get(ctx, prefix, append(opts, clientv3.WithKeysOnly())...)
+	if err != nil || len(resp.Kvs) == 0 {
+		return
+	}
+	h.mu.Lock()
+	k := resp.Kvs[h.rng.IntN(len(resp.Kvs))].Key
+	h.mu.Unlock()
+	if _, err := h.c.Admin.Delete(ctx, string(k)); err == nil {
+		h.count(kind)
+	}
+}
