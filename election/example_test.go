@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
@@ -71,6 +72,32 @@ func ExampleRun() {
 	fmt.Println(err)
 	// Output:
 	// report written: true
+	// <nil>
+}
+
+// This example runs one worker per partition, each on one replica of the
+// group: with several replicas running this, each leads its share of the
+// partitions, and a replica that stops hands its share to the others.
+func ExampleRunGroup() {
+	ctx, stop := context.WithCancel(context.Background())
+	partitions := []string{"orders/0", "orders/1", "orders/2", "orders/3"}
+	var mu sync.Mutex
+	running := map[string]bool{}
+	err := election.RunGroup(ctx, exampleClient(), "order-consumers", partitions,
+		func(ctx context.Context, t *election.Term) error {
+			mu.Lock()
+			running[t.Token().Name] = true
+			if len(running) == len(partitions) { // alone in the group: all are ours
+				fmt.Println("consuming", len(running), "partitions")
+				stop()
+			}
+			mu.Unlock()
+			<-ctx.Done() // consume, with writes fenced by t, until the name moves
+			return nil
+		})
+	fmt.Println(err)
+	// Output:
+	// consuming 4 partitions
 	// <nil>
 }
 
