@@ -70,7 +70,10 @@ const (
 //
 // When ctx ends, RunGroup leaves the group: it removes its membership key,
 // so that the others take its names at once, ends every work's context with
-// ctx's cause, resigns each name once its work returns, and returns nil. It
+// ctx's cause, resigns each name once its work returns, and returns nil.
+// Once the works have returned, it spends at most a second on the
+// membership key, one on the resigns (sent together) and one on revoking
+// its lease: an unreachable etcd delays it by no more. It
 // returns an error only for bad arguments (fencing.ErrInvalidName;
 // fencing.ErrInvalidArgument for a nil ctx, client, work or option, no
 // names, or a name twice), when etcd refuses this client the group's or a

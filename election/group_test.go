@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/assign"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -374,4 +375,22 @@ func TestRunGroupRejectsBadArguments(t *testing.T) {
 	if keys := c.Keys(t, ""); len(keys) != 0 {
 		t.Fatalf("keys left: %v", keys)
 	}
+}
+
+// RunGroup returns soon after ctx ends even when etcd cannot be reached to
+// leave: a second for the membership key, one for the resigns (sent
+// together) and one for the revoke, as documented.
+func TestRunGroupReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 4)
+	cli, link := c.ProxiedClient(t)
+	r := w.start("a", cli, nil)
+	w.waitBalanced(w.names, "a")
+	link.Blackhole()
+	defer link.Restore()
+	r.cancel()
+	if err := fencingtest.ReturnsBy(t, 3*time.Second+overrun, "RunGroup after its ctx ended", func() error { return <-r.done }); err != nil {
+		t.Errorf("RunGroup: %v", err)
+	}
+	r.done <- nil
 }
