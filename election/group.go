@@ -30,9 +30,9 @@ const (
 	// returned an error, or the term was lost) before a replica declines
 	// the name, so that another replica leads it.
 	declineAfter = 3
-	// declineFor is how long a decline lasts: then the replica may be given
-	// the name again.
-	declineFor = 5 * time.Minute
+	// defaultDeclineFor is how long a decline lasts: then the replica may be
+	// given the name again.
+	defaultDeclineFor = 5 * time.Minute
 )
 
 // RunGroup runs work for each of names on whichever replica of group the
@@ -52,10 +52,16 @@ const (
 // expiry scan.
 //
 // Liveness: a replica whose terms of a name fail three times in a row (work
-// returns an error, or the term is lost) declines the name for five minutes,
-// and the name moves to another replica willing to lead it; a replica that
-// is partitioned loses its lease and its names within its TTL. When every
-// replica has declined a name, it is assigned as if none had.
+// returns an error, or the term is lost) declines the name, and the name
+// moves to another replica willing to lead it: within three failed works
+// and the backoffs between them (about a second with the default backoff),
+// plus one round trip. A decline lasts five minutes and is renewed while the
+// replica still fails the name (when every replica has declined a name, it
+// is assigned as if none had, and stays where it fails); declines outlive a
+// lost session. A replica that fails every name sheds them one at a time,
+// each after three failures, since the cap gives it others meanwhile. A
+// replica that is partitioned loses its lease, and its names, within its
+// TTL plus etcd's expiry scan.
 //
 // Cost: a replica has one session, so one lease and one keepalive, for its
 // membership and all its terms, and learns of changes by watches: at idle
@@ -81,7 +87,7 @@ const (
 // gives it work's error.
 func RunGroup(ctx context.Context, cli *clientv3.Client, group string, names []string,
 	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
-	c, sc, err := configure(runConfig{onSuccess: Recampaign, onError: Recampaign}, opts)
+	c, sc, err := configure(runConfig{onSuccess: Recampaign, onError: Recampaign, declineFor: defaultDeclineFor}, opts)
 	if err == nil {
 		err = c.validate(ctx, cli, group, work)
 	}
@@ -92,7 +98,7 @@ func RunGroup(ctx context.Context, cli *clientv3.Client, group string, names []s
 		return fmt.Errorf("election: RunGroup %q: %w", group, err)
 	}
 	g := &grouper{cfg: c, cli: cli, group: group, names: slices.Clone(names), work: work,
-		ttl: cmp.Or(sc.TTL, fencing.DefaultTTL), log: logger(sc).With("group", group)}
+		ttl: cmp.Or(sc.TTL, fencing.DefaultTTL), log: logger(sc).With("group", group), declined: map[string]time.Time{}}
 	return g.loop(ctx)
 }
 
@@ -122,6 +128,9 @@ type grouper struct {
 	work  func(context.Context, *Term) error
 	ttl   time.Duration
 	log   *slog.Logger
+	// declined are the names this replica declines, until when: kept across
+	// rounds, so that a new session does not take a failing name back.
+	declined map[string]time.Time
 }
 
 // loop makes a session, serves a round on it until it ends, and starts over,
@@ -133,12 +142,10 @@ func (g *grouper) loop(ctx context.Context) error {
 		s, err := fencing.NewSession(gctx, g.cli, g.cfg.session...)
 		cancel()
 		if err == nil {
-			err = g.round(ctx, s)
-			cctx, cancel := ctxutil.Detach(ctx, leaveGrace, s.TTL())
-			s.Close(cctx)
-			cancel()
-			if err == nil && ctx.Err() == nil {
-				err = s.Err()
+			start := time.Now()
+			err = g.serve(ctx, s)
+			if time.Since(start) > g.ttl { // a round that lasted: start the backoff over
+				fails = 0
 			}
 		}
 		var ret *returned
@@ -150,13 +157,26 @@ func (g *grouper) loop(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case refused(err):
-			return fmt.Errorf("election: RunGroup %q: %w", g.group, err)
+			return again(fmt.Sprintf("election: RunGroup %q", g.group), err)
 		}
 		g.log.Warn("session lost or failed; joining again", "err", err)
 		fails++
 		backoff(ctx, g.cfg.backoffMin, g.cfg.backoffMax, fails)
 	}
 	return nil
+}
+
+// serve runs a round on s, then closes s. It returns the round's error, or
+// why the session ended while ctx had not.
+func (g *grouper) serve(ctx context.Context, s *fencing.Session) error {
+	err := g.round(ctx, s)
+	cctx, cancel := ctxutil.Detach(ctx, leaveGrace, s.TTL())
+	s.Close(cctx)
+	cancel()
+	if err == nil && ctx.Err() == nil {
+		err = s.Err()
+	}
+	return err
 }
 
 // returned ends RunGroup with the result of a work whose policy was Return.
@@ -184,10 +204,10 @@ func (g *grouper) round(ctx context.Context, s *fencing.Session) error {
 	defer unlink()
 	r := &round{g: g, s: s, link: l, ctx: rctx, stop: stop,
 		prefix:  keyspace.Prefix(l.Root, string(fencing.KindGroup), g.group),
-		members: map[string]assign.Member{}, running: map[string]*nameLoop{}, declined: map[string]time.Time{},
+		members: map[string]assign.Member{}, running: map[string]*nameLoop{}, declined: g.declined,
 		events: make(chan event), expiry: time.NewTimer(time.Hour)}
 	defer r.expiry.Stop()
-	r.expiry.Stop()
+	r.undecline() // those that ended between rounds; arms the timer for the rest
 	r.key = r.prefix + l.KeyStem + "0"
 	err := r.putMember(rctx)
 	if err == nil {
@@ -213,7 +233,7 @@ type round struct {
 
 	members  map[string]assign.Member // by key, as last read
 	running  map[string]*nameLoop     // the names this replica leads or campaigns for
-	declined map[string]time.Time     // names declined, until when
+	declined map[string]time.Time     // the grouper's: names declined, until when
 	expiry   *time.Timer              // fires when the earliest decline ends
 	events   chan event               // from the names' loops
 	wg       sync.WaitGroup           // the names' loops
@@ -287,7 +307,10 @@ func (r *round) read(ctx context.Context) (int64, error) {
 func (r *round) update(key string, value []byte) {
 	m, err := assign.Decode(key, value)
 	if err != nil {
+		// As a fresh read would: whoever wrote it over a member's value,
+		// that member is not one until it writes its own again.
 		r.g.log.Warn("ignoring a membership key", "err", err)
+		delete(r.members, key)
 		return
 	}
 	r.members[key] = m
@@ -320,6 +343,9 @@ func (r *round) watch(ctx context.Context, rev int64) error {
 				return typed(err)
 			}
 			for _, ev := range resp.Events {
+				if string(ev.Kv.Key) == r.key && ev.Kv.ModRevision < r.rev {
+					continue // an older write of ours: putMember already applied a later one
+				}
 				if ev.Type == clientv3.EventTypeDelete {
 					delete(r.members, string(ev.Kv.Key))
 				} else {
@@ -334,7 +360,9 @@ func (r *round) watch(ctx context.Context, rev int64) error {
 			if !ev.decline {
 				return ev.err
 			}
-			r.decline(ev.name)
+			if !r.decline(ev.name) {
+				continue
+			}
 			if err := r.putMember(ctx); err != nil {
 				return err
 			}
@@ -349,11 +377,17 @@ func (r *round) watch(ctx context.Context, rev int64) error {
 	}
 }
 
-// decline records that this replica asks not to be given name.
-func (r *round) decline(name string) {
-	r.g.log.Warn("declining a name whose terms keep failing", "name", name, "for", declineFor)
-	r.declined[name] = time.Now().Add(declineFor)
+// decline records that this replica asks not to be given name, and reports
+// whether that is news (a name declined already only has its decline
+// extended).
+func (r *round) decline(name string) bool {
+	_, already := r.declined[name]
+	if !already {
+		r.g.log.Warn("declining a name whose terms keep failing", "name", name, "for", r.g.cfg.declineFor)
+	}
+	r.declined[name] = time.Now().Add(r.g.cfg.declineFor)
 	r.armExpiry()
+	return !already
 }
 
 // undecline forgets the declines that ended.
@@ -481,6 +515,7 @@ func (r *round) lead(ctx context.Context, name string) {
 	run := &runner{cfg: r.g.cfg, cli: r.g.cli, name: name, value: r.link.Identity, work: r.g.work, ttl: r.g.ttl, s: r.s,
 		log: r.g.log.With("kind", fencing.KindElection, "name", name)}
 	run.resignFailed = func(context.Context) { r.stop(fmt.Errorf("%w: resign of %q failed", fencing.ErrSessionClosed, name)) }
+	run.stays = r.ctx
 	run.reason = func(ctx context.Context) error {
 		if c := context.Cause(ctx); errors.Is(c, ErrRebalanced) {
 			return c
@@ -507,11 +542,13 @@ func (r *round) lead(ctx context.Context, name string) {
 			continue
 		}
 		res := run.serve(ctx, t)
-		if failed++; !res.lost && res.workErr == nil {
+		// A term the work resigned itself is no failure.
+		if failed++; (!res.lost || errors.Is(res.cause, errResigned)) && res.workErr == nil {
 			failed = 0
 		}
-		if failed == declineAfter {
+		if failed >= declineAfter { // again after a decline that ended
 			r.tell(ctx, event{name: name, decline: true})
+			failed = 0
 		}
 		if again, err := run.next(ctx, res); !again {
 			if ctx.Err() == nil { // a policy of Return

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,4 +394,171 @@ func TestRunGroupReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
 		t.Errorf("RunGroup: %v", err)
 	}
 	r.done <- nil
+}
+
+// A term whose key is gone by the time it is resigned (work returned before
+// its watch saw the deletion) is over: nothing is left to hand over, and the
+// replica's other names run on.
+func TestGroupResignOfGoneKeyKeepsOtherNames(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 4)
+	var once sync.Once
+	deleted := make(chan struct{})
+	victim := w.names[0]
+	work := w.work("a")
+	r := &replica{id: "a", done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	t.Cleanup(func() { r.stop(t) })
+	go func() {
+		r.done <- election.RunGroup(ctx, c.Client(t), w.group, w.names, func(ctx context.Context, term *election.Term) error {
+			gone := false
+			if term.Token().Name == victim {
+				once.Do(func() {
+					c.Delete(t, term.Key()) // and return before the watch tells
+					gone = true
+				})
+			}
+			if gone {
+				close(deleted)
+				return nil
+			}
+			return work(ctx, term)
+		}, election.WithBackoff(10*time.Millisecond, 100*time.Millisecond), election.WithSessionOptions(fencing.WithIdentity("a")))
+	}()
+	<-deleted
+	w.waitBalanced(w.names, "a") // the victim runs again
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.causes["a"]) != 0 {
+		t.Fatalf("other names' works were stopped: %v", w.causes["a"])
+	}
+}
+
+// A handoff whose resign meets an etcd that refuses requests for longer than
+// a second keeps at it: the replica's other names are not dropped.
+func TestGroupSlowHandoffKeepsOtherNames(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 10)
+	var refusing atomic.Bool
+	var refused atomic.Int32
+	replies := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
+		if refusing.Load() && etcdtest.DeletesUnder(req, fencing.DefaultRoot) {
+			refused.Add(1)
+			return etcdtest.Refuse
+		}
+		return etcdtest.Pass
+	}}
+	w.start("a", c.Client(t, replies.Option()), nil)
+	w.waitBalanced(w.names, "a")
+	refusing.Store(true)
+	w.start("b", nil, nil)
+	etcdtest.WaitFor(t, wait, "a refused resign", func() bool { return refused.Load() > 0 })
+	time.Sleep(2 * time.Second) // the fault's length: longer than a leave's grace
+	refusing.Store(false)
+	w.waitBalanced(w.names, "a", "b")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, cause := range w.causes["a"] {
+		if !errors.Is(cause, election.ErrRebalanced) {
+			t.Errorf("a work of a ended with %v, not a handoff", cause)
+		}
+	}
+}
+
+// member reads the membership value of the replica with identity id.
+func member(t *testing.T, c *etcdtest.Cluster, group, id string) (assign.Member, bool) {
+	resp, err := c.Admin.Get(t.Context(), keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindGroup), group), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if m, err := assign.Decode(string(kv.Key), kv.Value); err == nil && m.ID == id {
+			return m, true
+		}
+	}
+	return assign.Member{}, false
+}
+
+// A replica that keeps failing a name keeps declining it, past the length
+// of one decline: a replica that joins later still takes it.
+func TestGroupDeclinesAgainAfterDeclineEnds(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 4)
+	w.failing["a"] = w.names[:2]
+	w.start("a", nil, nil, election.WithDeclineFor(time.Second))
+	etcdtest.WaitFor(t, wait, "a declines", func() bool { m, _ := member(t, c, w.group, "a"); return len(m.Declined) == 2 })
+	time.Sleep(3 * time.Second) // a runs alone, failing, for three declines' length
+	w.start("b", nil, nil)
+	w.waitBalanced(w.names, "a", "b")
+}
+
+// A replica never campaigns for a name it has declined: an old watch event
+// of its own membership key must not bring back a value without a decline it
+// has since written.
+func TestGroupNeverCampaignsForDeclinedName(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 10)
+	w.failing["a"] = w.names
+	// Follow a's membership value and a's election keys from the start.
+	resp, err := c.Admin.Get(t.Context(), "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	wch := c.Admin.Watch(ctx, fencing.DefaultRoot, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	w.start("a", nil, nil)
+	w.start("b", nil, nil)
+	etcdtest.WaitFor(t, 2*wait, "a declines every name", func() bool {
+		m, _ := member(t, c, w.group, "a")
+		return len(m.Declined) == len(w.names)
+	})
+	end, err := c.Admin.Get(t.Context(), "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declined := map[string]bool{}
+	for resp := range wch {
+		for _, ev := range resp.Events {
+			kind, name, _ := keyspace.ParseKey(fencing.DefaultRoot, string(ev.Kv.Key))
+			switch {
+			case ev.Type != clientv3.EventTypePut:
+			case kind == string(fencing.KindGroup):
+				if m, err := assign.Decode(string(ev.Kv.Key), ev.Kv.Value); err == nil && m.ID == "a" {
+					for _, n := range m.Declined {
+						declined[n] = true
+					}
+				}
+			case kind == string(fencing.KindElection) && ev.IsCreate() && string(ev.Kv.Value) == "a" && declined[name]:
+				t.Errorf("a campaigned for %s at revision %d, after declining it", name, ev.Kv.ModRevision)
+			}
+		}
+		if resp.Header.Revision >= end.Header.Revision {
+			return
+		}
+	}
+}
+
+// A membership value that cannot be decoded (an operator's write) is no
+// member: its replica writes its own value again.
+func TestGroupRewritesGarbledMembership(t *testing.T) {
+	c := etcdtest.Single(t)
+	w := newWorld(t, c, 4)
+	w.start("a", nil, nil)
+	w.start("b", nil, nil)
+	w.waitBalanced(w.names, "a", "b")
+	m, _ := member(t, c, w.group, "b")
+	resp, err := c.Admin.Get(t.Context(), m.Key)
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("b's key: %v", err)
+	}
+	if _, err := c.Admin.Put(t.Context(), m.Key, "{garbled", clientv3.WithLease(clientv3.LeaseID(resp.Kvs[0].Lease))); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, wait, "b writes its membership again", func() bool {
+		_, ok := member(t, c, w.group, "b")
+		return ok
+	})
+	w.waitBalanced(w.names, "a", "b")
 }

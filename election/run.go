@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
@@ -36,6 +37,7 @@ type RunOption func(*runConfig)
 
 type runConfig struct {
 	session    []fencing.SessionOption
+	declineFor time.Duration // RunGroup: how long a decline lasts (tests shorten it)
 	backoffMin time.Duration
 	backoffMax time.Duration
 	onSuccess  Policy
@@ -183,6 +185,9 @@ type runner struct {
 	// reason is why the term is resigned when ctx ended (RunGroup's
 	// ErrRebalanced), as the observer is told; nil when the caller asked.
 	reason func(ctx context.Context) error
+	// stays, when set, lasts as long as the replica does (RunGroup's round):
+	// a resign gets a leave's grace only once it ends.
+	stays context.Context
 }
 
 func (r *runner) loop(ctx context.Context) error {
@@ -190,7 +195,7 @@ func (r *runner) loop(ctx context.Context) error {
 		t, err := r.campaign(ctx)
 		if err != nil {
 			if refused(err) {
-				return fmt.Errorf("election: Run %q: %w", r.name, err)
+				return again(fmt.Sprintf("election: Run %q", r.name), err)
 			}
 			if ctx.Err() == nil { // why a replica is not leading: say it
 				r.log.Warn("campaign failed; retrying", "err", err)
@@ -206,6 +211,20 @@ func (r *runner) loop(ctx context.Context) error {
 	}
 	return nil
 }
+
+// again wraps err, an error of this package, under prefix, naming the
+// package once: "election: Run "x": campaign "x": permission denied".
+func again(prefix string, err error) error {
+	return &prefixed{text: prefix + ": " + strings.TrimPrefix(err.Error(), "election: "), err: err}
+}
+
+type prefixed struct {
+	text string
+	err  error
+}
+
+func (e *prefixed) Error() string { return e.text }
+func (e *prefixed) Unwrap() error { return e.err }
 
 // refused reports whether a campaign failed for a reason no retry can fix:
 // a bad argument, or etcd refusing this user the name's keys (an operator
@@ -323,7 +342,13 @@ const leaveGrace = time.Second
 // resign ends a term that is still valid, at once, even when ctx is done:
 // the next replica must not wait for the lease to expire.
 func (r *runner) resign(ctx context.Context, t *Term) error {
-	rctx, cancel := ctxutil.Detach(ctx, leaveGrace, r.s.TTL())
+	// A handoff ends ctx but not the replica: the resign may take up to a
+	// TTL, as long as the replica stays, not only a leave's grace.
+	base := ctx
+	if r.stays != nil {
+		base = r.stays
+	}
+	rctx, cancel := ctxutil.Detach(base, leaveGrace, r.s.TTL())
 	defer cancel()
 	var reason error
 	if r.reason != nil {
@@ -331,6 +356,9 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 	}
 	report, err := t.resign(rctx, reason)
 	report()
+	if errors.Is(err, ErrNotLeader) {
+		return err // already lost: nothing is left to hand over
+	}
 	if err != nil {
 		r.log.Warn("resign failed; the lease will expire", "token", t.Token(), "err", err)
 		r.resignFailed(ctx)

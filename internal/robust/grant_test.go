@@ -3,6 +3,7 @@ package robust_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +111,11 @@ func granted(t *testing.T, cli *clientv3.Client, opts []fencing.SessionOption, n
 	if err := election.Run(ctx, cli, name, "r", work, election.WithSessionOptions(opts...)); err != nil || !ran {
 		t.Fatalf("Run(%q): %v (work ran: %v)", name, err, ran)
 	}
+	ran = false
+	if err := election.RunGroup(ctx, cli, name, []string{name}, work, election.OnSuccess(election.Return),
+		election.WithSessionOptions(opts...)); err != nil || !ran {
+		t.Fatalf("RunGroup(%q): %v (work ran: %v)", name, err, ran)
+	}
 }
 
 // denied tries every API on name, and wants etcd's permission error.
@@ -127,6 +133,10 @@ func denied(t *testing.T, cli *clientv3.Client, opts []fencing.SessionOption, na
 			work := func(context.Context, *election.Term) error { t.Errorf("Run(%q) led", name); return nil }
 			return election.Run(ctx, cli, name, "r", work, election.WithSessionOptions(opts...))
 		},
+		"RunGroup": func(ctx context.Context) error {
+			work := func(context.Context, *election.Term) error { t.Errorf("RunGroup(%q) led", name); return nil }
+			return election.RunGroup(ctx, cli, name, []string{name}, work, election.WithSessionOptions(opts...))
+		},
 	}
 	for call, f := range calls {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -134,6 +144,9 @@ func denied(t *testing.T, cli *clientv3.Client, opts []fencing.SessionOption, na
 		cancel()
 		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			t.Errorf("%s(%q) outside the grant: %v; want ErrPermissionDenied", call, name, err)
+		}
+		if strings.HasPrefix(call, "Run") {
+			fencingtest.NamesPackageOnce(t, "election", err)
 		}
 	}
 }
