@@ -103,21 +103,26 @@ func TestMetrics(t *testing.T) {
 
 	want("the first win", map[string]float64{owner: 1, acquired: 1, waits: 1, released: 0, lost: 0})
 
+	// The win is reported inside Campaign, before the replica stores the
+	// term: until then /resign says "not the leader".
+	stored := func() *election.Term {
+		var term *election.Term
+		etcdtest.WaitFor(t, 30*time.Second, "the replica to store its term", func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			term = r.term
+			return term != nil
+		})
+		return term
+	}
+	stored()
 	if code := post(t, srv.URL, "/resign"); code != http.StatusOK {
 		t.Fatalf("resign: %d", code)
 	}
 	// Alone in the election, the replica campaigns again and wins again.
 	want("the resign and the next win", map[string]float64{owner: 1, acquired: 2, released: 1, holds: 1, lost: 0})
 
-	// The win is reported inside Campaign, before the replica stores the term.
-	var term *election.Term
-	etcdtest.WaitFor(t, 30*time.Second, "the replica to store its term", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		term = r.term
-		return term != nil
-	})
-	c.Delete(t, term.Key())
+	c.Delete(t, stored().Key())
 	want("the loss and the next win", map[string]float64{owner: 1, acquired: 3, released: 1, lost: 1,
 		keyGone: 1, holds: 2, early: 1})
 }
