@@ -182,9 +182,11 @@ func TestFlagsAfterName(t *testing.T) {
 
 // An unreachable cluster is a failure to read (exit 1), with the reason.
 func TestUnreachableEtcdExitsOne(t *testing.T) {
-	code, _, stderr := runInspect(t, "--endpoints", "127.0.0.1:1", "--timeout", "300ms", "n")
-	if code != 1 || !strings.Contains(stderr, "inspect:") {
-		t.Fatalf("exit %d, stderr %q; want 1 and the reason", code, stderr)
+	for _, what := range [][]string{{"n"}, {"--group", "g"}} {
+		code, _, stderr := runInspect(t, append([]string{"--endpoints", "127.0.0.1:1", "--timeout", "300ms"}, what...)...)
+		if code != 1 || !strings.Contains(stderr, "inspect:") {
+			t.Fatalf("%q: exit %d, stderr %q; want 1 and the reason", what, code, stderr)
+		}
 	}
 }
 
@@ -202,6 +204,10 @@ func TestProgramWithTLS(t *testing.T) {
 	flags := []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key, "jobs/billing"}
 	if code, out, stderr := progtest.Run(t, time.Minute, nil, flags...); code != 0 || !strings.Contains(out, `"host-a/1"`) {
 		t.Fatalf("with TLS flags: exit %d\n%s\n%s", code, out, stderr)
+	}
+	group := []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key, "--group", "nobody"}
+	if code, out, stderr := progtest.Run(t, time.Minute, nil, group...); code != 0 || !strings.Contains(out, `group "nobody"`) {
+		t.Fatalf("--group with TLS flags: exit %d\n%s\n%s", code, out, stderr)
 	}
 	if code, _, stderr := progtest.Run(t, time.Minute, nil, "--help"); code != 0 || !strings.Contains(stderr, "usage: inspect") {
 		t.Fatalf("--help: exit %d\n%s", code, stderr)
