@@ -138,9 +138,7 @@ type grouper struct {
 func (g *grouper) loop(ctx context.Context) error {
 	fails := 0
 	for ctx.Err() == nil {
-		gctx, cancel := context.WithTimeout(ctx, g.ttl)
-		s, err := fencing.NewSession(gctx, g.cli, g.cfg.session...)
-		cancel()
+		s, err := g.cfg.newSession(ctx, g.cli, g.ttl)
 		if err == nil {
 			start := time.Now()
 			err = g.serve(ctx, s)

@@ -234,17 +234,12 @@ func refused(err error) bool {
 }
 
 // campaign makes a session if there is none (or it ended) and campaigns.
-// A lease grant gets one TTL: etcd that cannot grant a lease that long is
-// unreachable, and the caller is told so (a logged retry) instead of
-// waiting in silence.
 func (r *runner) campaign(ctx context.Context) (*Term, error) {
 	if r.s != nil && r.s.Err() != nil {
 		r.closeSession(ctx)
 	}
 	if r.s == nil {
-		gctx, cancel := context.WithTimeout(ctx, r.ttl)
-		s, err := fencing.NewSession(gctx, r.cli, r.cfg.session...)
-		cancel()
+		s, err := r.cfg.newSession(ctx, r.cli, r.ttl)
 		if err != nil {
 			return nil, err
 		}
@@ -255,6 +250,15 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 		return nil, err
 	}
 	return e.Campaign(ctx, r.value)
+}
+
+// newSession makes a session with c's options. The lease grant gets one TTL:
+// etcd that cannot grant a lease that long is unreachable, and the caller
+// says so (a logged retry) instead of waiting in silence.
+func (c *runConfig) newSession(ctx context.Context, cli *clientv3.Client, ttl time.Duration) (*fencing.Session, error) {
+	gctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	return fencing.NewSession(gctx, cli, c.session...)
 }
 
 // served is how one term ended.

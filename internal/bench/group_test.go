@@ -126,30 +126,13 @@ func (t *tracker) balanced(b *testing.B, n int, ids []string, start time.Time) (
 }
 
 // least is the fewest names that must move from holders for ids to be
-// balanced: those of replicas gone, and each remaining one's excess.
+// balanced (assign.Least, with replicas named by id).
 func least(holders map[string]string, ids []string) int {
-	limit, load := assign.Cap(len(holders), len(ids)), map[string]int{}
-	for _, id := range holders {
-		load[id]++
+	ms := make([]assign.Member, len(ids))
+	for i, id := range ids {
+		ms[i].Key = id
 	}
-	n := 0
-	for id, l := range load {
-		if !contains(ids, id) {
-			n += l
-		} else {
-			n += max(0, l-limit)
-		}
-	}
-	return n
-}
-
-func contains(ids []string, id string) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
+	return assign.Least(holders, ms)
 }
 
 func groupNames(group string, n int) []string {
@@ -205,7 +188,7 @@ func groupRun(b *testing.B, c *etcdtest.Cluster, n, r int) {
 	stops = append(stops, start(ids[r-1]))
 	d, after := tr.balanced(b, n, ids, t0)
 	b.ReportMetric(float64(d.Microseconds())/1000, "join-ms")
-	b.ReportMetric(float64(moves(before, after)), "join-moved")
+	b.ReportMetric(float64(assign.Moved(before, after)), "join-moved")
 	b.ReportMetric(float64(least(before, ids)), "join-least")
 
 	idle(b, ctrs)
@@ -216,7 +199,7 @@ func groupRun(b *testing.B, c *etcdtest.Cluster, n, r int) {
 	stops = stops[1:]
 	d, after2 := tr.balanced(b, n, ids[1:], t0)
 	b.ReportMetric(float64(d.Microseconds())/1000, "leave-ms")
-	b.ReportMetric(float64(moves(after, after2)), "leave-moved")
+	b.ReportMetric(float64(assign.Moved(after, after2)), "leave-moved")
 	b.ReportMetric(float64(least(after, ids[1:])), "leave-least")
 
 	// Crash: a replica in a subprocess joins, then is killed.
@@ -229,18 +212,7 @@ func groupRun(b *testing.B, c *etcdtest.Cluster, n, r int) {
 	d, after = tr.balanced(b, n, ids, t0)
 	b.ReportMetric(float64(d.Microseconds())/1000, "crash-ms")
 	b.ReportMetric(float64(least(before, ids)), "crash-least")
-	b.ReportMetric(float64(moves(before, after)), "crash-moved")
-}
-
-// moves counts the names whose holder differs between before and after.
-func moves(before, after map[string]string) int {
-	n := 0
-	for name, id := range before {
-		if after[name] != id {
-			n++
-		}
-	}
-	return n
+	b.ReportMetric(float64(assign.Moved(before, after)), "crash-moved")
 }
 
 // follow reads a group helper's lines into tr.

@@ -179,17 +179,6 @@ func groupViolations(raw []*clientv3.Event, events []event) []string {
 	return out
 }
 
-// ownerOf returns the token of the oldest key of lives alive at rev.
-func ownerOf(lives []*keyLife, rev int64) int64 {
-	owner := int64(0)
-	for _, k := range lives {
-		if k.created <= rev && (k.deleted == 0 || k.deleted > rev) && (owner == 0 || k.created < owner) {
-			owner = k.created
-		}
-	}
-	return owner
-}
-
 // groupWorker is one replica of the group until ctx ends: each term's work
 // increments its name's counter, with guarded read-modify-writes, until the
 // term ends.

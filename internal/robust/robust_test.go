@@ -264,9 +264,13 @@ func (r *run) ownerChanges() [][2]int64 {
 }
 
 // ownerAt returns the token of the owner at revision rev (0: nobody).
-func (r *run) ownerAt(rev int64) int64 {
+func (r *run) ownerAt(rev int64) int64 { return ownerOf(r.keys, rev) }
+
+// ownerOf returns the token of the oldest key of lives alive at rev (0:
+// none).
+func ownerOf(lives []*keyLife, rev int64) int64 {
 	owner := int64(0)
-	for _, k := range r.keys {
+	for _, k := range lives {
 		if k.created <= rev && (k.deleted == 0 || k.deleted > rev) && (owner == 0 || k.created < owner) {
 			owner = k.created
 		}
