@@ -190,12 +190,20 @@ func TestRunPolicies(t *testing.T) {
 	}
 	// OnSuccess(KeepLeading) keeps the term until ctx ends.
 	kctx, cancel := context.WithCancel(ctx)
-	var term *election.Term
+	won := make(chan *election.Term, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- election.Run(kctx, cli, "policy", "v", func(_ context.Context, t *election.Term) error { term = t; return nil },
+		done <- election.Run(kctx, cli, "policy", "v", func(_ context.Context, t *election.Term) error { won <- t; return nil },
 			fast, election.OnSuccess(election.KeepLeading))
 	}()
+	// Wait for the work, not for the key: a key is there before Campaign
+	// returns, and a ctx ended then ends the campaign, with no term.
+	var term *election.Term
+	select {
+	case term = <-won:
+	case <-time.After(wait):
+		t.Fatal("Run never led")
+	}
 	etcdtest.WaitFor(t, wait, "the term to be kept", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "policy"))) == 1 })
 	cancel()
 	if err := <-done; err != nil {
