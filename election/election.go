@@ -95,14 +95,14 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error)
 	}
 	if leader != nil {
 		return nil, fmt.Errorf("election: trycampaign %q: %w: led by %q (token %v)", e.name, fencing.ErrLocked, leader.Value,
-			fencing.Token{Name: e.name, Revision: leader.CreateRevision})
+			fencing.Token{Name: e.name, Revision: leader.CreateRevision, Cluster: l.Cluster})
 	}
 	return e.term(l, entry, value, start), nil
 }
 
 // term makes the Term of a won campaign, started at start.
 func (e *Election) term(l *sessionlink.Link, entry *revqueue.Entry, value string, start time.Time) *Term {
-	t := fencing.Token{Name: e.name, Revision: entry.Rev}
+	t := fencing.Token{Name: e.name, Revision: entry.Rev, Cluster: l.Cluster}
 	term := &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key, modRev: entry.Rev,
 		life: l.Track(string(fencing.KindElection), e.name, entry.Rev, entry.Key, time.Since(start))}
 	term.value.Store(&value)
@@ -148,7 +148,7 @@ func (e *Election) leader(ctx context.Context) (*Leader, int64, error) {
 		return nil, resp.Header.Revision, nil
 	}
 	kv := resp.Kvs[0]
-	return &Leader{Value: string(kv.Value), Token: fencing.Token{Name: e.name, Revision: kv.CreateRevision}, Key: string(kv.Key)},
+	return &Leader{Value: string(kv.Value), Token: fencing.Token{Name: e.name, Revision: kv.CreateRevision, Cluster: resp.Header.GetClusterId()}, Key: string(kv.Key)},
 		resp.Header.Revision, nil
 }
 

@@ -34,8 +34,16 @@ var (
 	ErrNotHeld = errors.New("not held")
 
 	// ErrStaleToken is returned by Gate.Admit for a token older than one it
-	// has already admitted under the same name.
+	// has already admitted under the same name, and by the fenced stores of
+	// fencing/sqlfence for a token older than their fence.
 	ErrStaleToken = errors.New("stale token")
+
+	// ErrClusterMismatch is returned by a fenced store (fencing/sqlfence)
+	// for a token issued by another etcd cluster than the tokens it has
+	// admitted under the name: revisions of two clusters do not compare, so
+	// the token is refused, never compared. It is what follows a rebuilt or
+	// restored etcd cluster; the store's doc says what an operator does.
+	ErrClusterMismatch = errors.New("token from another etcd cluster")
 
 	// ErrSessionExpired is returned by Lock and TryLock when the session's
 	// lease was found gone, or the session already ended, before the lock

@@ -43,7 +43,7 @@ type Hold struct {
 var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 
 func newHold(m *Mutex, e *revqueue.Entry, start time.Time) *Hold {
-	t := Token{Name: m.name, Revision: e.Rev}
+	t := Token{Name: m.name, Revision: e.Rev, Cluster: m.s.cluster}
 	return &Hold{s: m.s, token: t, key: e.Key, free: e.Free, life: m.s.track(KindLock, t, e.Key, time.Since(start))}
 }
 

@@ -97,7 +97,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 	}
 	if owner != nil {
 		return nil, fmt.Errorf("fencing: trylock %q: %w by %q (token %v)", m.name, ErrLocked, owner.Value,
-			Token{Name: m.name, Revision: owner.CreateRevision})
+			Token{Name: m.name, Revision: owner.CreateRevision, Cluster: m.s.cluster})
 	}
 	return newHold(m, e, start), nil
 }

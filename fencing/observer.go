@@ -112,7 +112,7 @@ func (o Observer) any() bool {
 // lost.
 func (s *Session) reject(name string, rev int64, cause error) {
 	if f := s.obs.OnReject; f != nil {
-		f(RejectEvent{Token: Token{Name: name, Revision: rev}, Cause: cause})
+		f(RejectEvent{Token: Token{Name: name, Revision: rev, Cluster: s.cluster}, Cause: cause})
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 type Session struct {
 	cli      *clientv3.Client
 	id       clientv3.LeaseID
+	cluster  uint64        // ID of the etcd cluster that granted the lease
 	ttl      time.Duration // granted by the server
 	margin   time.Duration
 	period   time.Duration // between renewals
@@ -74,6 +75,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 	s := &Session{
 		cli:        cli,
 		id:         g.ID,
+		cluster:    g.ResponseHeader.GetClusterId(),
 		ttl:        time.Duration(g.TTL) * time.Second,
 		margin:     cfg.Margin,
 		identity:   cfg.Identity,
@@ -84,9 +86,9 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 	}
 	s.period = s.ttl / 3
 	life, cancel := context.WithCancelCause(context.Background())
-	s.link = &sessionlink.Link{Client: cli, Lease: s.id, Root: cfg.Root, Identity: cfg.Identity, KeyStem: fmt.Sprintf("%016x-", int64(s.id)), TTL: s.ttl, Owners: new(ownwatch.Registry), Keys: new(sessionlink.KeyPool), Expired: ErrLeaseExpired, Go: s.background,
+	s.link = &sessionlink.Link{Client: cli, Lease: s.id, Root: cfg.Root, Identity: cfg.Identity, KeyStem: fmt.Sprintf("%016x-", int64(s.id)), Cluster: s.cluster, TTL: s.ttl, Owners: new(ownwatch.Registry), Keys: new(sessionlink.KeyPool), Expired: ErrLeaseExpired, Go: s.background,
 		Track: func(kind, name string, rev int64, key string, wait time.Duration) sessionlink.Tenure {
-			return s.track(Kind(kind), Token{Name: name, Revision: rev}, key, wait)
+			return s.track(Kind(kind), Token{Name: name, Revision: rev, Cluster: s.cluster}, key, wait)
 		},
 		Reject:       s.reject,
 		AcquireError: func(err error) error { return acquireError(s, err) },
@@ -105,6 +107,10 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 // Lease returns the session's lease. Every key the session writes is
 // attached to it.
 func (s *Session) Lease() clientv3.LeaseID { return s.id }
+
+// Cluster returns the ID of the etcd cluster that granted the session's
+// lease: the Cluster of every token the session's holds and terms carry.
+func (s *Session) Cluster() uint64 { return s.cluster }
 
 // Client returns the client the session was created with.
 func (s *Session) Client() *clientv3.Client { return s.cli }

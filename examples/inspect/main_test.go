@@ -292,7 +292,7 @@ func TestJSONStyleMatchesTable(t *testing.T) {
 	}
 	walk(doc)
 	lease := fmt.Sprintf("%x", int64(owner.Session().Lease()))
-	tok := fmt.Sprintf(`"token":{"name":"jobs/style","revision":%d}`, owner.Token().Revision)
+	tok := fmt.Sprintf(`"token":{"name":"jobs/style","revision":%d,"cluster":"%d"}`, owner.Token().Revision, owner.Token().Cluster)
 	if !strings.Contains(out, `"lease":"`+lease+`"`) || !strings.Contains(table, " "+lease+" ") || !strings.Contains(out, tok) {
 		t.Errorf("lease %s, token %s: JSON and table disagree:\n%s\n%s", lease, tok, out, table)
 	}

@@ -190,7 +190,7 @@ func readLeaders(ctx context.Context, cli *clientv3.Client, root string, names [
 		}
 		for i, r := range resp.Responses {
 			if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
-				e := entryOf(batch[i], kvs[0])
+				e := entryOf(batch[i], kvs[0], resp.Header.GetClusterId())
 				out[batch[i]] = &e
 			}
 		}

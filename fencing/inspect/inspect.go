@@ -238,7 +238,7 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 			byName[kind+keyspace.Sep+name] = q
 			qs = append(qs, q)
 		}
-		q.Entries = append(q.Entries, entryOf(name, kv))
+		q.Entries = append(q.Entries, entryOf(name, kv, resp.Header.GetClusterId()))
 	}
 	slices.SortFunc(qs, func(a, b *Queue) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
 	out := make([]Queue, len(qs))
@@ -248,9 +248,10 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 	return out, resp.Header.Revision, nil
 }
 
-// entryOf is the key kv of a queue of name, without its lease's TTL.
-func entryOf(name string, kv *mvccpb.KeyValue) Entry {
-	return Entry{Token: fencing.Token{Name: name, Revision: kv.CreateRevision},
+// entryOf is the key kv of a queue of name, read from cluster, without its
+// lease's TTL.
+func entryOf(name string, kv *mvccpb.KeyValue, cluster uint64) Entry {
+	return Entry{Token: fencing.Token{Name: name, Revision: kv.CreateRevision, Cluster: cluster},
 		Key: string(kv.Key), Value: string(kv.Value), Lease: clientv3.LeaseID(kv.Lease)}
 }
 

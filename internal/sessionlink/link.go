@@ -27,6 +27,9 @@ type Link struct {
 	// KeyStem starts the name of every key the session writes in a queue,
 	// after the queue's prefix: the lease in hex and a dash.
 	KeyStem string
+	// Cluster is the ID of the etcd cluster that granted the lease: the
+	// Cluster of the session's tokens.
+	Cluster uint64
 	TTL     time.Duration
 	// Life is the session's context: it ends, with the cause, when the
 	// session stops vouching for its lease.
