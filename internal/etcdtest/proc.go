@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +44,7 @@ func Main(m *testing.M, opts ...goleak.Option) {
 		os.Exit(f(os.Args[1:]))
 	}
 	code := m.Run()
+	runAtExit()
 	if shared.c != nil {
 		shared.c.Close()
 	}
@@ -53,6 +55,36 @@ func Main(m *testing.M, opts ...goleak.Option) {
 		}
 	}
 	os.Exit(code)
+}
+
+var atExit struct {
+	sync.Mutex
+	fs []func()
+}
+
+// AtExit registers f to run in Main once the tests have run, before the
+// goroutine-leak check: functions run one at a time, the last registered
+// first, including any registered while they run. It is safe for concurrent
+// use. In a test binary whose TestMain is not Main, f never runs.
+func AtExit(f func()) {
+	atExit.Lock()
+	defer atExit.Unlock()
+	atExit.fs = append(atExit.fs, f)
+}
+
+func runAtExit() {
+	for {
+		atExit.Lock()
+		n := len(atExit.fs)
+		if n == 0 {
+			atExit.Unlock()
+			return
+		}
+		f := atExit.fs[n-1]
+		atExit.fs = atExit.fs[:n-1]
+		atExit.Unlock()
+		f()
+	}
 }
 
 // Proc is a helper running in a subprocess: it can be paused, resumed and
