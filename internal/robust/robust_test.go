@@ -20,6 +20,7 @@ import (
 func TestMain(m *testing.M) {
 	etcdtest.RegisterHelper("worker", workerHelper)
 	etcdtest.RegisterHelper("group-worker", groupWorkerHelper)
+	etcdtest.RegisterHelper("sql-worker", sqlWorkerHelper)
 	etcdtest.Main(m)
 }
 
