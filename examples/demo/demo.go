@@ -5,12 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -65,12 +64,18 @@ func runDemo(ctx context.Context, c config, out, errOut io.Writer) (bool, error)
 	defer cli.Close()
 	d.cli = cli
 	defer d.cleanup(c)
-	d.ledger, err = startLedger()
+	d.ledger, err = openLedger(ctx, "", c.ledgerDSN, c.run, true)
 	if err != nil {
 		return false, err
 	}
 	defer d.ledger.Close()
+	defer func() {
+		if err := d.ledger.drop(); err != nil {
+			fmt.Fprintf(d.errOut, "demo: could not drop the ledger tables %s*: %v\n", d.ledger.table, err)
+		}
+	}()
 	d.printf("leasehold demo: %d workers, lease TTL %v, %s, keys under %s", c.workers, c.ttl, where, c.prefix())
+	d.printf("ledger: table %s in %s, every write fenced by the writer's token (sqlfence)", d.ledger.table, d.ledger.where)
 	defer d.stopWorkers() // also those started before one failed to start
 	if err := d.startWorkers(c); err != nil {
 		return false, err
@@ -189,9 +194,10 @@ func (d *demo) score(e event) {
 			e.worker, e.args[1], e.args[0])
 		d.printf("         without the guard it would have set the counter back from %d to %s", d.lastAck, e.args[1])
 	case "ledger":
-		if e.args[2] == strconv.Itoa(http.StatusConflict) {
+		if e.args[2] == "stale" {
 			d.rejected++
-			d.printf("worker %d ledger write %s REJECTED: 409 stale token %s", e.worker, e.args[1], e.args[0])
+			d.printf("worker %d ledger write %s REJECTED by %s: fencing.ErrStaleToken (its token %s is older than the table's fence)",
+				e.worker, e.args[1], d.ledger.where, e.args[0])
 		}
 	case "stopped":
 		d.printf("worker %d stopped leading (token %s): %s", e.worker, e.args[0], strings.Join(e.args[1:], " "))
@@ -212,15 +218,19 @@ func (d *demo) verdict(ctx context.Context, c config) (bool, error) {
 	if len(resp.Kvs) > 0 {
 		counter, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
 	}
-	monotonic := d.ledger.monotonic()
+	revs, err := d.ledger.tokens(ctx)
+	if err != nil {
+		return false, fmt.Errorf("read the ledger %s: %w", d.ledger.table, err)
+	}
+	monotonic := slices.IsSorted(revs)
 	lost := int64(d.acks) - counter
 	ok := lost == 0 && d.rejected >= 2 && monotonic
 	word := "FAILED"
 	if ok {
 		word = "OK"
 	}
-	fmt.Fprintf(d.out, "\nverdict: counter=%d acknowledged=%d lost updates: %d; stale writes rejected: %d; ledger tokens never went back: %v: %s\n",
-		counter, d.acks, lost, d.rejected, monotonic, word)
+	fmt.Fprintf(d.out, "\nverdict: counter=%d acknowledged=%d lost updates: %d; stale writes rejected: %d; ledger rows %d, their tokens never went back: %v: %s\n",
+		counter, d.acks, lost, d.rejected, len(revs), monotonic, word)
 	return ok, nil
 }
 
@@ -229,7 +239,7 @@ func (d *demo) startWorkers(c config) error {
 	if err != nil {
 		return err
 	}
-	args, env := c.workerArgs(d.ledger.URL)
+	args, env := c.workerArgs(d.ledger)
 	for i := range c.workers {
 		cmd := exec.Command(exe, args...)
 		cmd.Env = append(append(os.Environ(), workerEnv+"="+strconv.Itoa(i)), env...)
@@ -294,43 +304,3 @@ func (d *demo) stopWorkers() {
 	}
 	d.procs = nil
 }
-
-// ledger is the store outside etcd: it accepts a write only with a token
-// that its Gate admits, and keeps the tokens it accepted in order.
-type ledger struct {
-	URL    string
-	srv    *http.Server
-	mu     sync.Mutex
-	tokens []fencing.Token // guarded by mu
-}
-
-func startLedger() (*ledger, error) {
-	l := &ledger{}
-	var gate fencing.Gate
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	l.URL = "http://" + ln.Addr().String() + "/ledger"
-	l.srv = &http.Server{Handler: gate.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, _ := fencing.FromContext(r.Context())
-		l.mu.Lock()
-		l.tokens = append(l.tokens, t)
-		l.mu.Unlock()
-	}))}
-	go l.srv.Serve(ln)
-	return l, nil
-}
-
-func (l *ledger) monotonic() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := 1; i < len(l.tokens); i++ {
-		if l.tokens[i].Compare(l.tokens[i-1]) < 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func (l *ledger) Close() { l.srv.Close() }

@@ -3,23 +3,34 @@
 //
 // Three worker processes (this program, re-executed) run election.Run. The
 // leader increments a counter in etcd with guarded read-modify-write txns and
-// records each value in a ledger: an HTTP server in this process behind a
-// fencing.Gate. Then the demo freezes the leader with SIGSTOP right after it
-// read the counter and before it writes, for longer than the lease TTL.
-// Another worker takes over with a greater fencing token and keeps counting.
-// When the old leader is resumed (SIGCONT) it carries on with its write, as a
-// paused process does: etcd refuses its guarded txn (guard.ErrNotOwner) and
-// the ledger refuses its stale token (409). Without the guard, that write
-// would have set the counter back and lost every increment made meanwhile.
+// records each value in a ledger: a table in a SQL database that every
+// worker writes to directly, in transactions fenced by its term's token
+// (fencing/sqlfence). The ledger is a SQLite file of the demo's own, or with
+// --ledger-dsn a PostgreSQL database. Then the demo freezes the leader with
+// SIGSTOP right after it read the counter and before it writes, for longer
+// than the lease TTL. Another worker takes over with a greater fencing token
+// and keeps counting. When the old leader is resumed (SIGCONT) it carries on
+// with its writes, as a paused process does: etcd refuses its guarded txn
+// (guard.ErrNotOwner) and the database refuses its stale token
+// (fencing.ErrStaleToken). Without the guard and the fence, those writes
+// would have set the counter back and put an old leader's row in the ledger
+// after its successor's.
 //
 // The demo prints a timeline on stdout and a verdict, and exits 0 only if
 // the verdict holds: the counter equals the acknowledged increments (lost
-// updates: 0) and both stale writes were rejected.
+// updates: 0), both stale writes were rejected, and the ledger's tokens, in
+// commit order, never went back.
 //
 // Usage:
 //
 //	go run ./examples/demo
+//	go run ./examples/demo --ledger-dsn postgres://me@db:5432/scratch
 //	go run ./examples/demo --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem
+//
+// With --ledger-dsn the demo creates two tables named for the run
+// (leasehold_demo_RUN and leasehold_demo_RUN_fence) and drops them at the end;
+// the DSN reaches the workers through their environment. The database must
+// answer within 5 s.
 //
 // With neither --endpoints nor ETCDCTL_ENDPOINTS it starts an embedded etcd
 // in this process. Connection flags (--endpoints, --cacert, --cert, --key,
@@ -64,6 +75,9 @@ type config struct {
 	ttl     time.Duration
 	workers int
 	run     string // this run's id: every key the demo writes is under its prefix
+	// ledgerDSN is the PostgreSQL database of the ledger; "" for a SQLite
+	// file of the demo's own.
+	ledgerDSN string
 }
 
 func main() {
@@ -82,8 +96,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	c.conn.Register(fs, "")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the workers")
 	fs.IntVar(&c.workers, "workers", 3, "number of worker processes (at least 2)")
+	fs.StringVar(&c.ledgerDSN, "ledger-dsn", "", "PostgreSQL database for the ledger, as postgres://user@host:port/db (default: a SQLite file of the demo's own); the demo creates two tables and drops them at the end")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: demo [connection flags] [--ttl D] [--workers N] [-v]")
+		fmt.Fprintln(stderr, "usage: demo [connection flags] [--ttl D] [--workers N] [--ledger-dsn postgres://...] [-v]")
 		fmt.Fprintln(stderr, "  without --endpoints (or ETCDCTL_ENDPOINTS) the demo runs on an embedded etcd")
 		fs.PrintDefaults()
 	}
@@ -139,19 +154,20 @@ func (c *config) prefix() string { return "leasehold-demo/" + c.run + "/" }
 // election is the name of this run's election.
 func (c *config) election() string { return strings.TrimSuffix(c.prefix(), "/") }
 
-// workerArgs passes the connection and the run to a worker; the password
-// goes by environment (ETCDCTL_PASSWORD), not the command line, where any
-// user of the machine could read it.
-func (c *config) workerArgs(ledger string) (args, env []string) {
+// workerArgs passes the connection, the run and the ledger to a worker; the
+// password and the ledger's DSN go by environment (ETCDCTL_PASSWORD,
+// ledgerEnv), not the command line, where any user of the machine could read
+// them.
+func (c *config) workerArgs(l *ledger) (args, env []string) {
 	user, password := c.conn.User, c.conn.Password
 	if name, pw, ok := strings.Cut(user, ":"); ok && password == "" {
 		user, password = name, pw
 	}
 	args = []string{"--endpoints", c.conn.Endpoints, "--cacert", c.conn.CACert, "--cert", c.conn.Cert,
 		"--key", c.conn.Key, "--user", user, "--dial-timeout", c.conn.DialTimeout.String(),
-		"--ttl", c.ttl.String(), "--run", c.run, "--ledger", ledger}
+		"--ttl", c.ttl.String(), "--run", c.run, "--ledger-driver", l.driver}
 	if c.conn.Verbose {
 		args = append(args, "-v")
 	}
-	return args, []string{"ETCDCTL_PASSWORD=" + password}
+	return args, []string{"ETCDCTL_PASSWORD=" + password, ledgerEnv + "=" + l.dsn}
 }

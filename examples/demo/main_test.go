@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"io"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/pgtest"
 )
 
 // The demo re-executes itself for its workers: here, the test binary, whose
@@ -30,7 +32,7 @@ func verdictHolds(t *testing.T, code int, stdout, stderr string) {
 	if code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
-	for _, want := range []string{"lost updates: 0", "REJECTED by etcd", "409 stale token", ": OK"} {
+	for _, want := range []string{"lost updates: 0", "REJECTED by etcd", "fencing.ErrStaleToken", ": OK"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -109,15 +111,59 @@ func TestWorkerArgs(t *testing.T) {
 	c := config{ttl: 3 * time.Second, run: "r1"}
 	c.conn.Endpoints, c.conn.User, c.conn.DialTimeout, c.conn.Verbose = "https://e:2379", "ann:s3cret", 2*time.Second, true
 	c.conn.CACert, c.conn.Cert, c.conn.Key = "ca.pem", "c.pem", "k.pem"
-	args, env := c.workerArgs("http://ledger")
+	args, env := c.workerArgs(&ledger{driver: "pgx", dsn: "postgres://ann:pgsecret@db/x"})
 	got := strings.Join(args, " ")
 	for _, want := range []string{"--endpoints https://e:2379", "--cacert ca.pem", "--cert c.pem", "--key k.pem",
-		"--user ann ", "--dial-timeout 2s", "--ttl 3s", "--run r1", "--ledger http://ledger", "-v"} {
+		"--user ann ", "--dial-timeout 2s", "--ttl 3s", "--run r1", "--ledger-driver pgx", "-v"} {
 		if !strings.Contains(got+" ", want) {
 			t.Errorf("worker args %q lack %q", got, want)
 		}
 	}
 	if strings.Contains(got, "s3cret") || !slices.Contains(env, "ETCDCTL_PASSWORD=s3cret") {
 		t.Errorf("password: args %q, env %q; want it in the environment only", got, env)
+	}
+	if strings.Contains(got, "pgsecret") || !slices.Contains(env, ledgerEnv+"=postgres://ann:pgsecret@db/x") {
+		t.Errorf("ledger DSN: args %q, env %q; want it in the environment only", got, env)
+	}
+}
+
+// With --ledger-dsn the ledger is a PostgreSQL database: the database
+// refuses the resumed leader's write, and the demo drops the tables it made.
+func TestDemoLedgerOnPostgreSQL(t *testing.T) {
+	dsn := pgtest.Shared(t).NewDatabase(t)
+	code, stdout, stderr := progtest.Run(t, hang, noEtcdctlEnv, "--ledger-dsn", dsn, "--workers", "2")
+	verdictHolds(t, code, stdout, stderr)
+	if !strings.Contains(stdout, "REJECTED by PostgreSQL") {
+		t.Errorf("output lacks the database's refusal")
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var left int
+	err = db.QueryRowContext(t.Context(),
+		"SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'leasehold%'").Scan(&left)
+	if err != nil || left != 0 {
+		t.Fatalf("%d tables left after the demo (%v)", left, err)
+	}
+}
+
+// A ledger database that does not answer fails the demo within its bound,
+// saying which, with no key left in etcd.
+func TestDemoUnreachableLedger(t *testing.T) {
+	c := etcdtest.SingleTLS(t)
+	addr, err := etcdtest.FreeAddr() // nothing listens there
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key,
+		"--ledger-dsn", "postgres://nobody@" + addr + "/x"}
+	code, _, stderr := progtest.Run(t, time.Minute, noEtcdctlEnv, args...)
+	if code != 1 || !strings.Contains(stderr, "cannot reach the ledger database (PostgreSQL)") {
+		t.Fatalf("exit %d (want 1); stderr:\n%s", code, stderr)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Fatalf("keys left: %q", keys)
 	}
 }

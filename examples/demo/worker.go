@@ -6,11 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +26,8 @@ type worker struct {
 	name    string
 	counter string // this run's counter key
 	cli     *clientv3.Client
-	ledger  string
+	ledger  *ledger
+	log     *slog.Logger
 
 	out      sync.Mutex // serialises event lines
 	freeze   chan struct{}
@@ -40,12 +40,12 @@ func workerMain(name string, args []string) int {
 	// stop the workers (end of input), so that they resign on the way out.
 	signal.Ignore(os.Interrupt)
 	var c config
-	var ledger string
+	var driver string
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	c.conn.Register(fs, "")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL")
 	fs.StringVar(&c.run, "run", "", "the run's id")
-	fs.StringVar(&ledger, "ledger", "", "the ledger's URL")
+	fs.StringVar(&driver, "ledger-driver", "", "the ledger's database/sql driver (its DSN is in "+ledgerEnv+")")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -58,7 +58,13 @@ func workerMain(name string, args []string) int {
 		return 1
 	}
 	defer cli.Close()
-	w := &worker{name: name, counter: c.prefix() + "counter", cli: cli, ledger: ledger, freeze: make(chan struct{}), resume: make(chan struct{})}
+	ledger, err := openLedger(ctx, driver, os.Getenv(ledgerEnv), c.run, false)
+	if err != nil {
+		log.Error("cannot open the ledger", "err", err)
+		return 1
+	}
+	defer ledger.Close()
+	w := &worker{name: name, counter: c.prefix() + "counter", cli: cli, ledger: ledger, log: log, freeze: make(chan struct{}), resume: make(chan struct{})}
 	go w.commands(cancel)
 	err = election.Run(ctx, cli, c.election(), name, w.work,
 		election.WithSessionOptions(fencing.WithTTL(c.ttl), fencing.WithIdentity(name), fencing.WithLogger(log)),
@@ -149,23 +155,14 @@ func (w *worker) write(ctx context.Context, t *election.Term, n, rev int64) {
 	default:
 		w.say("ack", t.Token(), n+1)
 	}
-	w.say("ledger", t.Token(), n+1, w.post(wctx, t.Token(), n+1))
-}
-
-// post records n in the ledger under the token and returns the HTTP status.
-func (w *worker) post(ctx context.Context, tok fencing.Token, n int64) int {
-	req, err := http.NewRequestWithContext(fencing.WithToken(ctx, tok), http.MethodPost, w.ledger,
-		strings.NewReader(strconv.FormatInt(n, 10)))
+	// The ledger write does not depend on etcd's answer: a leader that lost
+	// its term and has not noticed writes here too, and only the database's
+	// fence stops it.
+	outcome, err := w.ledger.record(wctx, t.Token(), n+1)
 	if err != nil {
-		return 0
+		w.log.Warn("ledger write failed", "err", err)
 	}
-	fencing.SetTokenHeader(req)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	w.say("ledger", t.Token(), n+1, outcome)
 }
 
 func pace(ctx context.Context, d time.Duration) {
