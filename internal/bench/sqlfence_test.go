@@ -16,10 +16,10 @@ import (
 	"github.com/leasehold/leasehold/internal/pgtest"
 )
 
-// sqlBench is a PostgreSQL database with a migrated fence and a table of
-// accounts, one row per writer.
-func sqlBench(b *testing.B, rows int) (*sql.DB, *sqlfence.Fence) {
-	db := pgtest.Shared(b).Open(b)
+// sqlBench is a PostgreSQL database of srv with a migrated fence and a
+// table of accounts, one row per writer.
+func sqlBench(b *testing.B, srv *pgtest.Server, rows int) (*sql.DB, *sqlfence.Fence) {
+	db := srv.Open(b)
 	db.SetMaxOpenConns(64)
 	db.SetMaxIdleConns(64)
 	ctx := context.Background()
@@ -68,11 +68,19 @@ func fencedUpdate(ctx context.Context, fence *sqlfence.Fence, t fencing.Token, i
 // every iteration runs one of each, in alternating order, so drift in the
 // machine's load falls on both alike. It reports each side's p50/p99 and
 // ratio-p50 (fenced over plain). The fence costs one statement in the
-// transaction and no request to etcd. The server is the test helper's
-// (fsync and synchronous_commit off): commits cost no disk flush, which
-// makes the fence's statement the largest share it can be.
+// transaction and no request to etcd.
+//
+// server=durable is PostgreSQL as users run it, every commit flushed to
+// disk. server=nofsync is the tests' server (fsync and synchronous_commit
+// off): a commit costs no more than a statement's round trip, which makes
+// the fence's statement the largest share of the transaction it can be.
 func BenchmarkSQLFenceUpdate(b *testing.B) {
-	db, fence := sqlBench(b, 1)
+	b.Run("server=durable", func(b *testing.B) { benchUpdate(b, pgtest.StartDurable(b)) })
+	b.Run("server=nofsync", func(b *testing.B) { benchUpdate(b, pgtest.Shared(b)) })
+}
+
+func benchUpdate(b *testing.B, srv *pgtest.Server) {
+	db, fence := sqlBench(b, srv, 1)
 	ctx := context.Background()
 	token := fencing.Token{Name: "bench/update", Revision: 1, Cluster: 1}
 	sides := [2]func() error{
@@ -120,7 +128,7 @@ func BenchmarkSQLFenceWriters(b *testing.B) {
 	for _, writers := range []int{1, 4, 16} {
 		for _, mode := range []string{"plain", "distinct", "shared"} {
 			b.Run(fmt.Sprintf("writers=%d/%s", writers, mode), func(b *testing.B) {
-				db, fence := sqlBench(b, writers)
+				db, fence := sqlBench(b, pgtest.Shared(b), writers)
 				ctx := context.Background()
 				var next atomic.Int64
 				var wg sync.WaitGroup

@@ -79,8 +79,9 @@ type Server struct {
 	User string // always "leasehold"
 	Dir  string // holds data/ (the cluster), sock/ (its Unix socket) and postgres.log
 
-	bin    string
-	as     *account // nil: run the programs as the current user
+	bin     string
+	durable bool     // PostgreSQL's own defaults: every commit flushed to disk
+	as      *account // nil: run the programs as the current user
 	admin  *sql.DB  // connected to the database "postgres", to create and drop databases
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd has exited and been reaped
@@ -117,7 +118,7 @@ var shared struct {
 func Shared(t testing.TB) *Server {
 	t.Helper()
 	shared.once.Do(func() {
-		s, err := start(freePort)
+		s, err := start(freePort, false)
 		shared.mu.Lock()
 		shared.srv, shared.err = s, err
 		shared.mu.Unlock()
@@ -134,6 +135,20 @@ func Shared(t testing.TB) *Server {
 	if stopped {
 		t.Fatal("pgtest: Shared called after Stop")
 	}
+	return s
+}
+
+// StartDurable starts a server of its own for t, with PostgreSQL's default
+// durability (fsync and synchronous_commit on: a commit returns once its WAL
+// is flushed to disk), for benchmarks that compare what users run in
+// production. t.Cleanup stops it. Missing binaries: as Shared.
+func StartDurable(t testing.TB) *Server {
+	t.Helper()
+	s, err := start(freePort, true)
+	if err != nil {
+		skipOrFatal(t, err)
+	}
+	t.Cleanup(s.stop)
 	return s
 }
 
@@ -300,7 +315,7 @@ func isExecutable(path string) bool {
 // start initialises a cluster in a new directory and starts a server on it,
 // on a port from pick; it returns once the server accepts connections. On
 // error nothing is left running and the directory is gone.
-func start(pick func() (int, error)) (_ *Server, err error) {
+func start(pick func() (int, error), durable bool) (_ *Server, err error) {
 	bin, err := Bin()
 	if err != nil {
 		return nil, err
@@ -314,7 +329,7 @@ func start(pick func() (int, error)) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	s := &Server{Host: "127.0.0.1", User: "leasehold", Dir: dir, bin: bin, as: as}
+	s := &Server{Host: "127.0.0.1", User: "leasehold", Dir: dir, bin: bin, as: as, durable: durable}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -428,14 +443,15 @@ func (s *Server) launch(port int) error {
 	if err != nil {
 		return fmt.Errorf("pgtest: %w", err)
 	}
-	// fsync, synchronous_commit and full_page_writes are off for speed only:
-	// durability of the test database is not under test. Never set them in
-	// anything a user runs.
-	cmd := s.command(context.Background(), syscall.SIGQUIT, "postgres",
-		"-D", s.dataDir(), "-k", filepath.Join(s.Dir, "sock"), "-p", strconv.Itoa(port),
-		"-c", "listen_addresses="+s.Host,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=200")
+	args := []string{"-D", s.dataDir(), "-k", filepath.Join(s.Dir, "sock"), "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=" + s.Host, "-c", "max_connections=200"}
+	if !s.durable {
+		// fsync, synchronous_commit and full_page_writes are off for speed
+		// only: durability of the test database is not under test. Never set
+		// them in anything a user runs.
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd := s.command(context.Background(), syscall.SIGQUIT, "postgres", args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	err = cmd.Start()
 	log.Close() // postgres has its own descriptor

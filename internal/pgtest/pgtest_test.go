@@ -132,7 +132,7 @@ func TestStartRetriesAndStops(t *testing.T) {
 		return freePort()
 	}
 	begin := time.Now()
-	s, err := start(pick)
+	s, err := start(pick, false)
 	if err != nil {
 		t.Fatal(err)
 	}

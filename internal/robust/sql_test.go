@@ -230,7 +230,11 @@ func sqlWorkerHelper(args []string) int {
 		w := &sqlWorker{name: args[0], mode: args[1], cli: cli, db: db, fence: fence,
 			rng: rand.New(rand.NewPCG(uint64(os.Getpid()), 7))}
 		for ctx.Err() == nil {
-			w.session(ctx)
+			holdLoop(ctx, w.cli, w.name, w.rng, w.emit, func(h *fencing.Hold) {
+				for range 1 + w.rng.IntN(4) {
+					w.increment(h.Token())
+				}
+			})
 		}
 	})
 }
@@ -239,35 +243,6 @@ func (w *sqlWorker) emit(e event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	fmt.Println(e)
-}
-
-// session holds one session until it is lost, taking the lock again and
-// again.
-func (w *sqlWorker) session(ctx context.Context) {
-	s, err := fencing.NewSession(ctx, w.cli, fencing.WithTTL(ttl), fencing.WithIdentity(w.name))
-	if err != nil {
-		pause(ctx, 100*time.Millisecond)
-		return
-	}
-	defer s.Close(context.Background())
-	m, _ := fencing.NewMutex(s, lockName)
-	for ctx.Err() == nil && s.Err() == nil {
-		lctx, cancel := context.WithTimeout(ctx, 5*ttl)
-		h, err := m.Lock(lctx)
-		cancel()
-		if err != nil {
-			continue
-		}
-		w.emit(event{worker: w.name, kind: "acquire", token: h.Token().Revision})
-		for range 1 + w.rng.IntN(4) {
-			w.increment(h.Token())
-		}
-		uctx, cancel := context.WithTimeout(context.Background(), ttl)
-		h.Unlock(uctx)
-		cancel()
-		w.emit(event{worker: w.name, kind: "release", token: h.Token().Revision})
-		pause(ctx, time.Duration(w.rng.IntN(20))*time.Millisecond)
-	}
 }
 
 // increment reads the counter, waits a random while (the critical section,

@@ -107,7 +107,21 @@ func (w *worker) run(ctx context.Context) {
 // leasehold holds one session until it is lost, taking the lock again and
 // again.
 func (w *worker) leasehold(ctx context.Context) {
-	s, err := fencing.NewSession(ctx, w.cli, fencing.WithTTL(ttl), fencing.WithIdentity(w.name))
+	holdLoop(ctx, w.cli, w.name, w.rng, w.emit, func(h *fencing.Hold) {
+		for range 1 + w.rng.IntN(4) {
+			w.increment(ctx, h.Token().Revision, func(c context.Context, rev int64, v string) (*clientv3.TxnResponse, error) {
+				return guard.Txn(c, h).If(clientv3.Compare(clientv3.ModRevision(counterKey), "=", rev)).
+					Then(clientv3.OpPut(counterKey, v)).Commit()
+			})
+		}
+	})
+}
+
+// holdLoop holds one session of worker until it is lost, taking the lock
+// again and again and running work with each hold, reporting each acquire
+// and release.
+func holdLoop(ctx context.Context, cli *clientv3.Client, worker string, rng *rand.Rand, emit func(event), work func(*fencing.Hold)) {
+	s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(ttl), fencing.WithIdentity(worker))
 	if err != nil {
 		pause(ctx, 100*time.Millisecond)
 		return
@@ -121,19 +135,13 @@ func (w *worker) leasehold(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		tok := h.Token().Revision
-		w.emit(event{worker: w.name, kind: "acquire", token: tok})
-		for range 1 + w.rng.IntN(4) {
-			w.increment(ctx, tok, func(c context.Context, rev int64, v string) (*clientv3.TxnResponse, error) {
-				return guard.Txn(c, h).If(clientv3.Compare(clientv3.ModRevision(counterKey), "=", rev)).
-					Then(clientv3.OpPut(counterKey, v)).Commit()
-			})
-		}
+		emit(event{worker: worker, kind: "acquire", token: h.Token().Revision})
+		work(h)
 		uctx, cancel := context.WithTimeout(context.Background(), ttl)
 		h.Unlock(uctx)
 		cancel()
-		w.emit(event{worker: w.name, kind: "release", token: tok})
-		pause(ctx, time.Duration(w.rng.IntN(20))*time.Millisecond)
+		emit(event{worker: worker, kind: "release", token: h.Token().Revision})
+		pause(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
 	}
 }
 
