@@ -23,7 +23,10 @@
 //     lock away (packages guard and election).
 //
 // Writes into stores other than etcd carry the token, and the store rejects
-// any token older than one it has already seen (fencing.Gate).
+// any token older than one it has already seen, in the same atomic step as
+// the write: package fencing/sqlfence makes a database/sql transaction
+// fenced, so a PostgreSQL or SQLite database refuses a paused former
+// holder's commit; fencing.Gate checks tokens within one process.
 //
 // # Quick start
 //
