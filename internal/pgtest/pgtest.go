@@ -82,10 +82,10 @@ type Server struct {
 	bin     string
 	durable bool     // PostgreSQL's own defaults: every commit flushed to disk
 	as      *account // nil: run the programs as the current user
-	admin  *sql.DB  // connected to the database "postgres", to create and drop databases
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once cmd has exited and been reaped
-	err    error         // cmd.Wait's result, once exited is closed
+	admin   *sql.DB  // connected to the database "postgres", to create and drop databases
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd has exited and been reaped
+	err     error         // cmd.Wait's result, once exited is closed
 
 	stopOnce sync.Once
 }
