@@ -414,6 +414,7 @@ func TestBadInput(t *testing.T) {
 		}
 		noop := func(*sql.Tx) error { return nil }
 		var zero *sqlfence.Fence
+		var nilCtx context.Context
 		for _, tc := range []struct {
 			name string
 			call func() error
@@ -425,13 +426,13 @@ func TestBadInput(t *testing.T) {
 			{"no cluster", func() error { return fence.Tx(ctx, fencing.Token{Name: "x", Revision: 1}, noop) }, fencing.ErrInvalidToken},
 			{"invalid name", func() error { return fence.Tx(ctx, tok("a#b", 1), noop) }, fencing.ErrInvalidName},
 			{"nil fn", func() error { return fence.Tx(ctx, tok("x", 1), nil) }, fencing.ErrInvalidArgument},
-			{"nil ctx", func() error { return fence.Tx(nil, tok("x", 1), noop) }, fencing.ErrInvalidArgument}, //nolint:staticcheck // the point
+			{"nil ctx", func() error { return fence.Tx(nilCtx, tok("x", 1), noop) }, fencing.ErrInvalidArgument},
 			{"nil Fence", func() error { return zero.Tx(ctx, tok("x", 1), noop) }, fencing.ErrInvalidArgument},
 			{"nil tx", func() error { return fence.Admit(ctx, nil, tok("x", 1)) }, fencing.ErrInvalidArgument},
 			{"Mark bad name", func() error { _, _, err := fence.Mark(ctx, ""); return err }, fencing.ErrInvalidName},
 			{"Reset zero cluster", func() error { return fence.Reset(ctx, "x", 0) }, fencing.ErrInvalidArgument},
 			{"Reset bad name", func() error { return fence.Reset(ctx, "\n", 1) }, fencing.ErrInvalidName},
-			{"Migrate nil ctx", func() error { return fence.Migrate(nil) }, fencing.ErrInvalidArgument}, //nolint:staticcheck // the point
+			{"Migrate nil ctx", func() error { return fence.Migrate(nilCtx) }, fencing.ErrInvalidArgument},
 		} {
 			if err := tc.call(); !errors.Is(err, tc.want) {
 				t.Errorf("%s: %v; want %v", tc.name, err, tc.want)
