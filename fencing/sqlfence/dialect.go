@@ -45,7 +45,8 @@ type statements struct {
 // ddl is the fence table, the same columns in both dialects. The cluster is
 // the etcd cluster ID in hex, as etcd prints it, so an operator reads it as
 // etcdctl shows it; revision 0 is a row Reset adopted for a cluster.
-func (d Dialect) statements(table string) (statements, bool) {
+func (d Dialect) statements(name string) (statements, bool) {
+	table := quote(name)
 	switch d {
 	case PostgreSQL:
 		return statements{
@@ -68,7 +69,7 @@ WHERE f.cluster = EXCLUDED.cluster AND f.revision <= EXCLUDED.revision
 RETURNING revision`,
 			read: `SELECT cluster, revision FROM ` + table + ` WHERE name = $1`,
 			reset: `INSERT INTO ` + table + ` AS f (name, cluster, revision) VALUES ($1, $2, 0)
-ON CONFLICT (name) DO UPDATE SET cluster = EXCLUDED.cluster, revision = 0`,
+ON CONFLICT (name) DO UPDATE SET cluster = EXCLUDED.cluster, revision = 0 WHERE f.cluster <> EXCLUDED.cluster`,
 		}, true
 	case SQLite:
 		return statements{
@@ -84,18 +85,31 @@ WHERE cluster = excluded.cluster AND revision <= excluded.revision
 RETURNING revision`,
 			read: `SELECT cluster, revision FROM ` + table + ` WHERE name = ?`,
 			reset: `INSERT INTO ` + table + ` (name, cluster, revision) VALUES (?, ?, 0)
-ON CONFLICT (name) DO UPDATE SET cluster = excluded.cluster, revision = 0`,
+ON CONFLICT (name) DO UPDATE SET cluster = excluded.cluster, revision = 0 WHERE cluster <> excluded.cluster`,
 		}, true
 	}
 	return statements{}, false
 }
 
-// validTable reports whether table is a plain lower-case SQL identifier,
-// optionally qualified by a schema ("fences" or "ops.fences"): such a name
-// needs no quoting and means the same table in every dialect.
-func validTable(table string) bool {
+// quote quotes each part of a valid table name, so that a name that is also
+// an SQL keyword ("order", "user") is a table all the same; a lower-case
+// name means the same quoted or not.
+func quote(table string) string {
 	parts := strings.Split(table, ".")
-	if len(parts) > 2 {
+	for i, p := range parts {
+		parts[i] = `"` + p + `"`
+	}
+	return strings.Join(parts, ".")
+}
+
+// validTable reports whether table is a lower-case SQL identifier, qualified
+// by a schema ("ops.fences") only in PostgreSQL. In SQLite a qualified name
+// is a table of an ATTACHed database file, and SQLite commits across files
+// are not atomic in WAL mode: after a crash the caller's writes could stand
+// without the fence's raise. So SQLite's fence lives in the main database.
+func validTable(d Dialect, table string) bool {
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 || len(parts) == 2 && d != PostgreSQL {
 		return false
 	}
 	for _, p := range parts {

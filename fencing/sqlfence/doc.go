@@ -29,13 +29,18 @@
 //     and updates nothing. A first insert of a name by two transactions at
 //     once is settled by the primary key: the second waits for the first and
 //     takes the DO UPDATE path. Under REPEATABLE READ or SERIALIZABLE the
-//     same conflict is a serialization failure instead, which also rolls back.
+//     same conflict is a serialization failure (SQLSTATE 40001) instead,
+//     which also rolls back, and may hit the newer token too when the two
+//     overlap: retry it, as any serializable transaction.
 //   - SQLite: the raise is a write, and a database has one writer at a time;
 //     the write lock is taken by the raise's statement and held until commit,
 //     so fenced transactions of any names are serialised and each sees the
 //     newest committed fence. Set a busy timeout (modernc.org/sqlite:
 //     "_pragma=busy_timeout(10000)") or concurrent writers get SQLITE_BUSY
-//     errors (safe, but errors).
+//     errors (safe, but errors). A transaction that reads before Admit (so
+//     it holds a read snapshot) gets SQLITE_BUSY at once, whatever the busy
+//     timeout, when another writer holds the lock; "_txlock=immediate" makes
+//     every transaction take the write lock at BEGIN and avoids it.
 //
 // Tokens carry the ID of the etcd cluster that issued them (fencing.Token's
 // Cluster). A token of another cluster than the row's is refused with
@@ -45,8 +50,11 @@
 //   - restored with 'etcdutl snapshot restore --bump-revision N
 //     --mark-compacted' (N above any revision the old cluster reached) and the
 //     same cluster ID, new tokens are greater than every old one: nothing to do;
-//   - restored without the bump, new revisions may be lower than the fence:
-//     new owners get ErrStaleToken until the fence rows are reset;
+//   - restored without the bump under the same cluster ID, new revisions may
+//     be lower than the fence, and new owners get ErrStaleToken; tokens of
+//     the old history carry the same ID, so nothing can tell them apart:
+//     restore again with the bump, or, once every holder of the old history
+//     is stopped, delete the fence rows (DELETE FROM leasehold_fence);
 //   - a new cluster ID: every token is refused with ErrClusterMismatch until
 //     an operator, once no holder of the old cluster can write, calls Reset
 //     with the new cluster's ID (etcdctl endpoint status -w json prints it as
@@ -62,4 +70,11 @@
 // each other in PostgreSQL, while in SQLite every write transaction excludes
 // every other, fenced or not. The cost is one statement in the transaction
 // and no request to etcd.
+//
+// A holder paused inside a fenced transaction, after its raise, keeps the
+// fence row's lock (SQLite: the database's write lock) until the database
+// notices it is gone: its successor's transactions wait, safely, for as
+// long. Bound the wait with the database's own timeouts, such as
+// PostgreSQL's idle_in_transaction_session_timeout (ends the paused
+// holder's transaction) and lock_timeout (fails the waiter instead).
 package sqlfence

@@ -29,9 +29,12 @@ type Fence struct {
 // Option configures New. A nil Option is ignored.
 type Option func(*Fence)
 
-// WithTable names the fence table: a lower-case SQL identifier, optionally
-// schema-qualified ("ops.fences"). Unset: DefaultTable. New refuses any
-// other name with fencing.ErrInvalidArgument.
+// WithTable names the fence table: a lower-case SQL identifier (letters,
+// digits, '_'), schema-qualified ("ops.fences") only in PostgreSQL. Unset:
+// DefaultTable, resolved through the connection's search_path; behind a
+// pooler (pgbouncer in transaction mode) where a session's search_path may
+// differ, qualify it. New refuses any other name with
+// fencing.ErrInvalidArgument.
 func WithTable(table string) Option { return func(f *Fence) { f.table = table } }
 
 // WithName fences every token under name (a resource, say "ledger") instead
@@ -57,8 +60,9 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Fence, error) {
 	if db == nil {
 		return nil, fmt.Errorf("sqlfence: New: %w: nil db", fencing.ErrInvalidArgument)
 	}
-	if !validTable(f.table) {
-		return nil, fmt.Errorf("sqlfence: New: %w: table %q is not a lower-case SQL identifier", fencing.ErrInvalidArgument, f.table)
+	if !validTable(d, f.table) {
+		return nil, fmt.Errorf("sqlfence: New: %w: table %q is not a lower-case SQL identifier (schema-qualified only in PostgreSQL)",
+			fencing.ErrInvalidArgument, f.table)
 	}
 	if f.name != "" {
 		if err := fencing.ValidateName(f.name); err != nil {
@@ -140,8 +144,17 @@ func (f *Fence) Tx(ctx context.Context, t fencing.Token, fn func(*sql.Tx) error)
 	if err := fn(tx); err != nil {
 		return err
 	}
+	// database/sql rolls a transaction back as soon as its ctx ends, and
+	// Commit then says only ErrTxDone: report the ctx's end, which is what
+	// happened, and not as a commit of unknown outcome.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	committed = true
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("sqlfence: Tx %v: commit: %w", t, err)
 	}
 	return nil
@@ -153,19 +166,20 @@ func (f *Fence) Tx(ctx context.Context, t fencing.Token, fn func(*sql.Tx) error)
 // none with a newer one can pass its own fence. Run it first in tx, before
 // the statements it fences, so that they read what earlier owners committed.
 //
-// When it refuses the token (fencing.ErrStaleToken,
-// fencing.ErrClusterMismatch) or fails, Admit rolls tx back, so that a
-// caller that misses the error cannot commit the write it fenced. Its bad
-// input errors are Tx's, and a tx that already ended returns
-// fencing.ErrInvalidArgument.
+// Whenever it returns an error (a refusal, fencing.ErrStaleToken or
+// fencing.ErrClusterMismatch; bad input; a failure), Admit has rolled tx
+// back, so that a caller that misses the error cannot commit the writes it
+// meant to fence. Its bad input errors are Tx's, and a tx that already ended
+// returns fencing.ErrInvalidArgument.
 func (f *Fence) Admit(ctx context.Context, tx *sql.Tx, t fencing.Token) error {
-	if err := f.check(ctx, t); err != nil {
-		return fmt.Errorf("sqlfence: Admit %v: %w", t, err)
-	}
 	if tx == nil {
 		return fmt.Errorf("sqlfence: Admit %v: %w: nil tx", t, fencing.ErrInvalidArgument)
 	}
-	if err := f.raise(ctx, tx, t); err != nil {
+	err := f.check(ctx, t)
+	if err == nil {
+		err = f.raise(ctx, tx, t)
+	}
+	if err != nil {
 		tx.Rollback()
 		return fmt.Errorf("sqlfence: Admit %v: %w", t, err)
 	}
@@ -233,11 +247,14 @@ func (f *Fence) Mark(ctx context.Context, name string) (fencing.Token, bool, err
 
 // Reset makes the fence of name admit every token of etcd cluster cluster,
 // and none of any other: the operator's step after etcd was rebuilt or
-// restored under a new cluster ID (with the old cluster's holders stopped:
-// from the moment Reset commits, their tokens are refused with
-// fencing.ErrClusterMismatch). Session.Cluster, a Token's Cluster, and
-// 'etcdctl endpoint status' (cluster_id) give the ID. A zero cluster
-// returns fencing.ErrInvalidArgument.
+// restored under a new cluster ID, with the old cluster's holders stopped
+// (from the moment Reset commits, their tokens are refused with
+// fencing.ErrClusterMismatch). A fence that already names cluster is left
+// as it is, so running Reset twice never reopens it to older tokens; for
+// the same reason it cannot help after a restore that kept the cluster ID
+// without --bump-revision (see the package doc). Session.Cluster, a Token's
+// Cluster, and 'etcdctl endpoint status -w json' (cluster_id) give the ID.
+// A zero cluster returns fencing.ErrInvalidArgument.
 func (f *Fence) Reset(ctx context.Context, name string, cluster uint64) error {
 	if err := f.usable(ctx); err != nil {
 		return fmt.Errorf("sqlfence: Reset: %w", err)

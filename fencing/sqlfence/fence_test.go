@@ -68,6 +68,11 @@ func TestInterleavedTokensCommitInOrder(t *testing.T) {
 				first, second = newer, older
 			}
 			ctx := ctxFor(t)
+			// The row exists, so that both raise through the UPDATE: the
+			// second's waits on the first's lock and must re-check the row.
+			if err := fence.Tx(ctx, tok("order", base), func(*sql.Tx) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
 			raised, release := make(chan struct{}), make(chan struct{})
 			firstDone := make(chan error, 1)
 			go func() {
@@ -267,6 +272,17 @@ func TestOtherClusterRefusedUntilReset(t *testing.T) {
 		if err := fence.Tx(ctx, tok("jobs", 11), noop); !errors.Is(err, fencing.ErrClusterMismatch) {
 			t.Fatalf("old cluster's token after Reset: %v; want ErrClusterMismatch", err)
 		}
+		// A second Reset to the same cluster (a runbook run twice) keeps the
+		// fence where it is: it never reopens to older tokens.
+		if err := fence.Tx(ctx, other(500), noop); err != nil {
+			t.Fatal(err)
+		}
+		if err := fence.Reset(ctx, "jobs", 0xbeef); err != nil {
+			t.Fatal(err)
+		}
+		if err := fence.Tx(ctx, other(400), noop); !errors.Is(err, fencing.ErrStaleToken) {
+			t.Fatalf("token 400 after 500 and a repeated Reset: %v; want ErrStaleToken", err)
+		}
 	})
 }
 
@@ -293,6 +309,26 @@ func TestContextEndingMidTransactionRollsBack(t *testing.T) {
 		}
 		if mark, _, _ := fence.Mark(ctxFor(t), "jobs"); mark.Revision != 5 {
 			t.Fatalf("fence at %d after a cancelled Tx; want 5", mark.Revision)
+		}
+		// A ctx that ends while fn runs: database/sql rolls back at once, and
+		// Tx reports the ctx's end, not a commit of unknown outcome.
+		ctx2, cancel2 := context.WithCancel(ctxFor(t))
+		err = fence.Tx(ctx2, tok("jobs", 9), func(tx *sql.Tx) error {
+			if err := appendTo(ctx2, b, tx, 9); err != nil {
+				return err
+			}
+			cancel2()
+			etcdtest.WaitFor(t, 30*time.Second, "database/sql to roll the transaction back", func() bool {
+				_, err := tx.ExecContext(context.Background(), "SELECT 1")
+				return errors.Is(err, sql.ErrTxDone)
+			})
+			return nil
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Tx whose ctx ended while fn ran = %v; want context.Canceled", err)
+		}
+		if got := ledger(t, db); len(got) != 0 {
+			t.Fatalf("ledger = %v after a cancelled Tx", got)
 		}
 		// fn's own error rolls back too, and is returned as it is.
 		mine := errors.New("mine")
@@ -343,6 +379,26 @@ func TestAdmitInCallersTransaction(t *testing.T) {
 		if err := fence.Admit(ctx, tx, tok("own", 8)); !errors.Is(err, fencing.ErrInvalidArgument) {
 			t.Fatalf("Admit in an ended tx = %v; want ErrInvalidArgument", err)
 		}
+		// Bad input rolls back too: a token without a cluster (ParseToken of
+		// text that had none) cannot be checked, so nothing may commit.
+		noCluster, err := fencing.ParseToken("own@100")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err = db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		appendTo(ctx, b, tx, 100)
+		if err := fence.Admit(ctx, tx, noCluster); !errors.Is(err, fencing.ErrInvalidToken) {
+			t.Fatalf("Admit of a token without cluster = %v; want ErrInvalidToken", err)
+		}
+		if err := tx.Commit(); !errors.Is(err, sql.ErrTxDone) {
+			t.Fatalf("Commit after Admit refused bad input = %v; want sql.ErrTxDone (rolled back)", err)
+		}
+		if got := ledger(t, db); !slices.Equal(got, []int64{7}) {
+			t.Fatalf("ledger = %v; want [7]", got)
+		}
 	})
 }
 
@@ -383,6 +439,37 @@ func TestMigrateConcurrentlyAndAgain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A table whose name is an SQL keyword works; a schema-qualified one works
+// in PostgreSQL and is refused in SQLite, where it would be another
+// database file, not committed atomically with the main one.
+func TestTableNames(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend, db *sql.DB, _ *sqlfence.Fence) {
+		ctx := ctxFor(t)
+		names := []string{"order", "user"}
+		if b.dialect == sqlfence.PostgreSQL {
+			exec(t, b, db, "CREATE SCHEMA ops")
+			names = append(names, "ops.fence")
+		} else if f, err := sqlfence.New(db, b.dialect, sqlfence.WithTable("ops.fence")); !errors.Is(err, fencing.ErrInvalidArgument) {
+			t.Fatalf("New with a schema-qualified SQLite table = %v, %v; want ErrInvalidArgument", f, err)
+		}
+		for _, table := range names {
+			f, err := sqlfence.New(db, b.dialect, sqlfence.WithTable(table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Migrate(ctx); err != nil {
+				t.Fatalf("Migrate %s: %v", table, err)
+			}
+			if err := f.Tx(ctx, tok("t", 2), func(*sql.Tx) error { return nil }); err != nil {
+				t.Fatalf("Tx on %s: %v", table, err)
+			}
+			if err := f.Tx(ctx, tok("t", 1), func(*sql.Tx) error { return nil }); !errors.Is(err, fencing.ErrStaleToken) {
+				t.Fatalf("stale Tx on %s: %v", table, err)
+			}
+		}
+	})
 }
 
 // Bad input gets a sentinel error, never a panic, and writes nothing.
