@@ -40,7 +40,9 @@
 //     errors (safe, but errors). A transaction that reads before Admit (so
 //     it holds a read snapshot) gets SQLITE_BUSY at once, whatever the busy
 //     timeout, when another writer holds the lock; "_txlock=immediate" makes
-//     every transaction take the write lock at BEGIN and avoids it.
+//     every transaction take the write lock at BEGIN and avoids it. A new
+//     file turned to WAL ("_pragma=journal_mode(WAL)") refuses, with
+//     SQLITE_BUSY, connections that open while its first one converts it.
 //
 // Tokens carry the ID of the etcd cluster that issued them (fencing.Token's
 // Cluster). A token of another cluster than the row's is refused with

@@ -38,6 +38,12 @@ func openSQLite(t *testing.T) *sql.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	// The first connection turns the new file to WAL, which takes an
+	// exclusive lock that other connections opening at that moment do not
+	// wait for; an application's database file is made once, as here.
+	if _, err := db.ExecContext(ctxFor(t), "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
 	return db
 }
 
