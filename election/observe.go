@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/retry"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -27,7 +27,10 @@ type Observation struct {
 // leader), or a check read after 5 s of silence fails (a partition), Observe
 // sends an Observation with Err and tries again with backoff. A watch that
 // is compacted or broken is resumed from a fresh read without an error. The
-// channel closes promptly once ctx is done, and at no other time.
+// channel closes promptly once ctx is done, and at no other time, except
+// for bad input (a nil ctx, an Election New did not make): then it holds
+// one Observation whose Err wraps fencing.ErrInvalidArgument, and is
+// already closed.
 func (e *Election) Observe(ctx context.Context) <-chan Observation {
 	if err := e.usable(ctx); err != nil {
 		ch := make(chan Observation, 1)
@@ -177,20 +180,7 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 	if err == nil || errors.Is(err, rpctypes.ErrCompacted) {
 		return fmt.Errorf("%w: %v", errWatchBroken, err)
 	}
-	return fmt.Errorf("election: watch: %w", typed(err))
-}
-
-// typed recovers etcd's typed error from a refused watch's, which clientv3
-// hands over as plain text ("rpc error: code = PermissionDenied desc =
-// etcdserver: permission denied"), so that errors.Is(err,
-// rpctypes.ErrPermissionDenied) holds for Observe as for every other call.
-func typed(err error) error {
-	if _, desc, ok := strings.Cut(err.Error(), "desc = "); ok {
-		if e, ok := rpctypes.Error(errors.New(desc)).(rpctypes.EtcdError); ok {
-			return e
-		}
-	}
-	return err
+	return fmt.Errorf("election: watch: %w", retry.Typed(err))
 }
 
 // report sends cur if it differs from what was sent last. It returns false

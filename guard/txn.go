@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -94,7 +94,7 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		txn = txn.Then(g.thens...)
 	}
 	resp, err := txn.Commit()
-	if err != nil && revqueue.Unknown(err) {
+	if err != nil && retry.Unknown(err) {
 		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.o.Token(), ErrOutcomeUnknown, err)
 	}
 	if err != nil {

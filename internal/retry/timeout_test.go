@@ -1,20 +1,20 @@
-package revqueue
+package retry
 
 import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/sessionlink"
+	"go.uber.org/goleak"
 )
 
 // An attempt gets four request times, at least the floor, doubled for each
 // unanswered one before it, at most the ceiling.
 func TestAttemptTimeout(t *testing.T) {
-	fast, slow := new(sessionlink.Latency), new(sessionlink.Latency)
+	fast, slow := new(Latency), new(Latency)
 	fast.Observe(2 * time.Millisecond)
 	slow.Observe(300 * time.Millisecond)
 	for _, c := range []struct {
-		lat  *sessionlink.Latency
+		lat  *Latency
 		n    int
 		want time.Duration
 	}{
@@ -26,8 +26,10 @@ func TestAttemptTimeout(t *testing.T) {
 		{slow, 3, attemptCeiling},
 		{fast, 1000, attemptCeiling},
 	} {
-		if got := attemptTimeout(c.lat, c.n); got != c.want {
-			t.Errorf("attemptTimeout(%v, %d) = %v; want %v", c.lat.Get(), c.n, got, c.want)
+		if got := Timeout(c.lat, c.n); got != c.want {
+			t.Errorf("Timeout(%v, %d) = %v; want %v", c.lat.Get(), c.n, got, c.want)
 		}
 	}
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -3,17 +3,15 @@ package revqueue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
 )
 
 // ErrLeaseGone is returned by Acquire when the server no longer has the
@@ -65,7 +63,7 @@ func (sl *slot) release(s *Session) func(retire bool) {
 // Acquire queues one new key holding value on s's lease and waits until it
 // owns the queue. See Wait for what ownership means. It returns ErrLost if
 // the session ends first (before, during, or as the wait ends), ErrLeaseGone,
-// ErrKeyGone, ctx's error or the client's. On every error the key is removed.
+// ErrKeyDeleted, ctx's error or the client's. On every error the key is removed.
 // On success, the caller calls the Entry's Free once it has deleted the key.
 //
 // An enqueue that fails for a passing reason (a lost reply, a leader
@@ -78,7 +76,7 @@ func (q Queue) Acquire(ctx context.Context, s *Session, value string) (*Entry, e
 	}
 	sl := q.newSlot(s)
 	var e *Entry
-	err := retry(ctx, s.Life, q.Latency, &sl.unsure, func(ctx context.Context) (err error) {
+	err := retry.Until(ctx, s.Life, q.Latency, &sl.unsure, func(ctx context.Context) (err error) {
 		e, err = q.Enqueue(ctx, sl.key, value, s.Lease)
 		return err
 	})
@@ -103,7 +101,7 @@ func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry
 		e     *Entry
 		owner *mvccpb.KeyValue
 	)
-	err := retry(ctx, s.Life, q.Latency, &sl.unsure, func(ctx context.Context) (err error) {
+	err := retry.Until(ctx, s.Life, q.Latency, &sl.unsure, func(ctx context.Context) (err error) {
 		e, owner, err = q.TryEnqueue(ctx, sl.key, value, s.Lease)
 		return err
 	})
@@ -123,91 +121,6 @@ func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry
 
 // errTaken is TryAcquire finding the queue taken: an error for settle only.
 var errTaken = errors.New("queue taken")
-
-// AttemptFloor is the least time one attempt of a retried request gets;
-// more when requests are slow (see attemptTimeout). A write that reaches a
-// leader as it hands leadership over is dropped without an answer, and etcd
-// gives up on it only at its request timeout (7 s by default): a new
-// attempt reaches the new leader at once.
-const AttemptFloor = 500 * time.Millisecond
-
-// attemptCeiling caps the growth of an attempt's time.
-const attemptCeiling = 8 * time.Second
-
-// attemptTimeout is how long attempt n (from 0) of a request may wait for
-// its answer: four times the usual request time, at least AttemptFloor,
-// doubled for each earlier attempt that got no answer (a link slower than
-// the estimate), at most attemptCeiling. The estimate learns from every
-// answer, so a client far from its cluster is not cut short for long.
-func attemptTimeout(lat *sessionlink.Latency, n int) time.Duration {
-	d := max(AttemptFloor, 4*lat.Get())
-	for range n {
-		if d *= 2; d >= attemptCeiling {
-			return attemptCeiling
-		}
-	}
-	return min(d, attemptCeiling)
-}
-
-// errNoAnswer is an attempt that got no answer in its time.
-var errNoAnswer = errors.New("no answer")
-
-// Retry runs send until it succeeds, fails for good (an answer, not a
-// passing failure: see Unknown), or ctx ends, backing off between attempts;
-// each attempt gets attemptTimeout. It sets *unsure when an attempt's
-// outcome is unknown. For idempotent writes: Unlock, Resign, Proclaim. When
-// ctx ends during a backoff, the error is ctx's, with the last attempt's.
-func Retry(ctx context.Context, lat *sessionlink.Latency, unsure *bool, send func(context.Context) error) error {
-	return retry(ctx, ctx, lat, unsure, send)
-}
-
-// retry is Retry that also stops once life ends.
-func retry(ctx, life context.Context, lat *sessionlink.Latency, unsure *bool, send func(context.Context) error) error {
-	wait, unanswered := retryMin, 0
-	for {
-		err := attempt(ctx, life, lat, unanswered, send)
-		if err == nil {
-			return nil
-		}
-		*unsure = *unsure || Unknown(err)
-		if !transient(err) || ctx.Err() != nil || life.Err() != nil {
-			return err
-		}
-		if errors.Is(err, errNoAnswer) {
-			unanswered++ // it has waited enough: no backoff
-		} else {
-			pause(ctx, wait)
-			wait = min(2*wait, retryMax)
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
-		}
-	}
-}
-
-// attempt runs send with a ctx cancelled after attemptTimeout(lat, n), or
-// once life ends, and feeds the time of an answered attempt to lat.
-func attempt(ctx, life context.Context, lat *sessionlink.Latency, n int, send func(context.Context) error) error {
-	// A timer that cancels, not a deadline: a deadline travels with the
-	// request (grpc-timeout) and costs both ends a timer per request.
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if life != ctx {
-		defer context.AfterFunc(life, cancel)()
-	}
-	d := attemptTimeout(lat, n)
-	t := time.AfterFunc(d, cancel)
-	defer t.Stop()
-	start := time.Now()
-	err := send(actx)
-	switch {
-	case err == nil:
-		lat.Observe(time.Since(start))
-	case ctx.Err() == nil && life.Err() == nil && actx.Err() != nil:
-		return fmt.Errorf("%w within %v: %w", errNoAnswer, d, err)
-	}
-	return err
-}
 
 func usable(ctx context.Context, s *Session) error {
 	if err := ctx.Err(); err != nil {
@@ -240,42 +153,10 @@ func (q Queue) settle(ctx context.Context, s *Session, sl *slot, err error) erro
 		return ErrLost
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return ErrLeaseGone
-	case errors.Is(err, ErrKeyGone) && leaseGone(ctx, s):
+	case errors.Is(err, ErrKeyDeleted) && leaseGone(ctx, s):
 		return ErrLeaseGone
 	}
 	return err
-}
-
-// rejected reports whether etcd refused a request outright (no permission,
-// no such lease, no leader, a dropped proposal): then it wrote nothing, and
-// there is no key to remove. Only etcd's own answers count: the gRPC client
-// reports some failures after the request was applied (a reply too large).
-func rejected(err error) bool {
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		switch ee.Code() {
-		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition,
-			codes.ResourceExhausted, codes.OutOfRange, codes.AlreadyExists, codes.Unimplemented:
-			return true
-		}
-	}
-	return errors.Is(err, rpctypes.ErrNoLeader) || dropped(err)
-}
-
-// dropped reports a proposal raft refused before appending it (a leader
-// handing over, a full proposal queue): etcd passes it on as text.
-func dropped(err error) bool { return strings.Contains(err.Error(), "raft proposal dropped") }
-
-// stopping reports raft's "stopped" from a member shutting down: passing,
-// but the proposal may have been appended, and committed by the next leader.
-func stopping(err error) bool { return strings.Contains(err.Error(), "raft: stopped") }
-
-// Unknown reports whether a write that failed with err may yet have been
-// applied: the request may have reached etcd and its reply been lost (a
-// timeout, a broken connection, ctx ending in flight). A refusal that etcd
-// answered (no leader, a dropped proposal, no permission) applied nothing.
-func Unknown(err error) bool {
-	return err != nil && !rejected(err)
 }
 
 // leaseGone tells whether the server lost s's lease, which the session itself
@@ -305,8 +186,8 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 		sl.put()
 	default:
 		s.Go(func() {
-			for wait := retryMin; s.Life.Err() == nil; wait = min(2*wait, retryMax) {
-				pause(s.Life, wait)
+			for wait := retry.MinBackoff; s.Life.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
+				retry.Pause(s.Life, wait)
 				tctx, cancel := context.WithTimeout(s.Life, s.TTL/3)
 				ok := tryRemove(tctx, s, sl.key)
 				cancel()
@@ -328,11 +209,11 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 // on it fails.
 func sweep(s *Session, key string) {
 	s.Go(func() {
-		for wait := retryMin; s.Life.Err() == nil; wait = min(2*wait, retryMax) {
+		for wait := retry.MinBackoff; s.Life.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
 			if sweepOnce(s, key) {
-				wait = retryMin // the watch broke after working: no reason to wait long
+				wait = retry.MinBackoff // the watch broke after working: no reason to wait long
 			}
-			pause(s.Life, wait)
+			retry.Pause(s.Life, wait)
 		}
 	})
 }

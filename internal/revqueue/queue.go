@@ -12,20 +12,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/ownwatch"
-	"github.com/leasehold/leasehold/internal/sessionlink"
-	"time"
 
+	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
-// ErrKeyGone is returned by Wait when the waiter's own key was deleted (by an
+// ErrKeyDeleted is returned by Wait when the waiter's own key was deleted (by an
 // operator, or with its lease) before it reached the head of the queue.
-var ErrKeyGone = ownwatch.ErrKeyGone
+var ErrKeyDeleted = ownwatch.ErrKeyDeleted
 
 // ErrLost is returned by Wait when its lost context ended.
 var ErrLost = errors.New("session lost while waiting")
@@ -36,7 +32,7 @@ type Queue struct {
 	Client *clientv3.Client
 	Prefix string
 	// Latency, if set, estimates a request's time, to bound each attempt.
-	Latency *sessionlink.Latency
+	Latency *retry.Latency
 }
 
 // Entry is one waiter's place in a queue.
@@ -100,7 +96,7 @@ func (q Queue) rejoin(ctx context.Context, resp *clientv3.TxnResponse) (*Entry, 
 	}
 	kv := first(resp.Responses[0].GetResponseRange().Kvs)
 	if kv == nil {
-		return nil, fmt.Errorf("%w: no key where the compare found one", errBadResponse)
+		return nil, fmt.Errorf("%w: no key where the compare found one", retry.ErrMalformed)
 	}
 	e := &Entry{Key: string(kv.Key), Rev: kv.CreateRevision, readRev: resp.Header.Revision}
 	return e, q.confirm(ctx, e, true)
@@ -130,7 +126,7 @@ func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3
 
 // Wait blocks until e owns the queue, and returns nil only after a read that
 // found e's key alive (so its lease too) and no older key in the queue.
-// It returns ErrKeyGone if e's key disappeared, ErrLost once lost (the
+// It returns ErrKeyDeleted if e's key disappeared, ErrLost once lost (the
 // session's context) ends, even while blocked in etcd, or ctx's error. A
 // broken or compacted watch is resumed from a fresh read; a read that fails
 // for a passing reason (no etcd leader, a timeout, a lost connection) is
@@ -142,14 +138,14 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(lost, cancel)()
-	retry, unanswered := retryMin, 0
+	wait, unanswered := retry.MinBackoff, 0
 	for !e.Owner() {
 		pred := e.pred
 		sure, err := q.waitDeleted(wctx, pred, e.predRev, e.readRev)
 		if err == nil {
-			err = attempt(wctx, wctx, q.Latency, unanswered, func(ctx context.Context) error { return q.confirm(ctx, e, !sure) })
+			err = retry.Attempt(wctx, wctx, q.Latency, unanswered, func(ctx context.Context) error { return q.confirm(ctx, e, !sure) })
 		}
-		if errors.Is(err, errNoAnswer) {
+		if errors.Is(err, retry.ErrNoAnswer) {
 			unanswered++
 		} else {
 			unanswered = 0
@@ -159,66 +155,22 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 			return ErrLost
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case err != nil && !transient(err):
+		case err != nil && !retry.Transient(err):
 			return err
 		case err == nil && (sure || e.pred != pred):
 			// The predecessor went, or a broken watch's read found the
 			// queue moved on (e now owns, or waits for another key): no
 			// reason to wait before going on.
-			retry = retryMin
+			wait = retry.MinBackoff
 			continue
 		}
 		// A passing failure, or a watch that broke with the queue as it
 		// was (its member may have no leader while reads go elsewhere):
 		// back off before the next.
-		pause(wctx, retry)
-		retry = min(2*retry, retryMax)
+		retry.Pause(wctx, wait)
+		wait = min(2*wait, retry.MaxBackoff)
 	}
 	return nil
-}
-
-const (
-	retryMin = 50 * time.Millisecond
-	retryMax = time.Second
-)
-
-// transient reports whether err is etcd being briefly unable to answer, as
-// opposed to an answer (a denied permission, a missing key).
-func transient(err error) bool {
-	if dropped(err) || stopping(err) {
-		return true
-	}
-	for _, t := range []error{errBadResponse, errNoAnswer, rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
-		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrLeaderChanged, rpctypes.ErrTooManyRequests,
-		rpctypes.ErrTimeoutWaitAppliedIndex} {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	switch code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
-		return true
-	}
-	return false
-}
-
-// code is the gRPC code of err: clientv3 turns etcd's statuses into
-// rpctypes.EtcdError values, which carry it.
-func code(err error) codes.Code {
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		return ee.Code()
-	}
-	return status.Code(err)
-}
-
-func pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
 
 // waitDeleted returns once key's life created at rev is over (sure) or once
@@ -244,7 +196,7 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64) 
 			// create revision, behind us), and the watch sees any later
 			// delete.
 			var g *clientv3.GetResponse
-			err := attempt(ctx, ctx, q.Latency, 0, func(ctx context.Context) (err error) {
+			err := retry.Attempt(ctx, ctx, q.Latency, 0, func(ctx context.Context) (err error) {
 				g, err = q.Client.Get(ctx, key, clientv3.WithKeysOnly())
 				return err
 			})
@@ -306,9 +258,9 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 	return nil
 }
 
-// gone is ErrKeyGone for e, found missing by the read resp.
+// gone is ErrKeyDeleted for e, found missing by the read resp.
 func gone(e *Entry, resp *clientv3.TxnResponse) error {
-	return fmt.Errorf("%w: %s (created at revision %d) not found at revision %d", ErrKeyGone, e.Key, e.Rev, resp.Header.Revision)
+	return fmt.Errorf("%w: %s (created at revision %d) not found at revision %d", ErrKeyDeleted, e.Key, e.Rev, resp.Header.Revision)
 }
 
 func (e *Entry) setPred(pred, owner *mvccpb.KeyValue) {
@@ -316,14 +268,9 @@ func (e *Entry) setPred(pred, owner *mvccpb.KeyValue) {
 	e.predOwner = owner != nil && string(owner.Key) == e.pred
 }
 
-// errBadResponse reports a txn response without the results its request
-// asked for. etcd never sends one; a broken connection could. The outcome is
-// unknown, like a lost reply.
-var errBadResponse = errors.New("malformed txn response")
-
 func shape(resp *clientv3.TxnResponse, n int) error {
 	if resp.Header == nil || len(resp.Responses) < n {
-		return fmt.Errorf("%w: %d results, want %d", errBadResponse, len(resp.Responses), n)
+		return fmt.Errorf("%w: %d results, want %d", retry.ErrMalformed, len(resp.Responses), n)
 	}
 	return nil
 }

@@ -75,8 +75,8 @@ func TestWaitReportsDeletedOwnKey(t *testing.T) {
 	}
 	c.Delete(t, "q/b")
 	c.Delete(t, "q/a")
-	if err := q.Wait(ctx, e, context.Background()); !errors.Is(err, revqueue.ErrKeyGone) {
-		t.Fatalf("Wait with own key deleted = %v; want ErrKeyGone", err)
+	if err := q.Wait(ctx, e, context.Background()); !errors.Is(err, revqueue.ErrKeyDeleted) {
+		t.Fatalf("Wait with own key deleted = %v; want ErrKeyDeleted", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

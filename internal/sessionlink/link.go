@@ -8,10 +8,10 @@ package sessionlink
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -38,7 +38,7 @@ type Link struct {
 	Owners *ownwatch.Registry
 	// Keys hands out the session's key slots.
 	Keys *KeyPool
-	// Expired is the cause a watch reports with ownwatch.ErrKeyGone when a
+	// Expired is the cause a watch reports with ownwatch.ErrKeyDeleted when a
 	// key went with its lease (fencing.ErrLeaseExpired).
 	Expired error
 	// Go runs f in a goroutine owned by the session: Close waits for it, so
@@ -57,7 +57,7 @@ type Link struct {
 	AcquireError func(err error) error
 	// Latency estimates how long a request takes, to bound each attempt
 	// of a retried one.
-	Latency *Latency
+	Latency *retry.Latency
 }
 
 // Tenure is one reported ownership: Release or Lose reports its end, and
@@ -85,7 +85,7 @@ func Of(ctx context.Context) *Link {
 // Owner describes, for a watch, the ownership of key created at rev on l's
 // lease.
 func (l *Link) Owner(key string, rev int64) ownwatch.Owner {
-	return ownwatch.Owner{Client: l.Client, Key: key, Rev: rev, Lease: l.Life, LeaseID: l.Lease, Expired: l.Expired,
+	return ownwatch.Owner{Client: l.Client, Key: key, Rev: rev, Life: l.Life, LeaseID: l.Lease, Expired: l.Expired,
 		Owners: l.Owners, Go: l.Go}
 }
 
@@ -124,35 +124,4 @@ func (p *KeyPool) Put(prefix string, slot uint64) {
 		p.free = map[string][]uint64{}
 	}
 	p.free[prefix] = append(p.free[prefix], slot)
-}
-
-// Latency is a smoothed estimate of how long a request to etcd takes, fed
-// by the session's keepalives and by the library's own requests. The zero
-// value is ready; a nil *Latency estimates zero.
-type Latency struct{ ns atomic.Int64 }
-
-// Observe folds one measured request time in, with weight 1/8 (as TCP
-// smooths its round-trip time).
-func (l *Latency) Observe(d time.Duration) {
-	if l == nil {
-		return
-	}
-	for {
-		old := l.ns.Load()
-		next := int64(d)
-		if old != 0 {
-			next = old + (int64(d)-old)/8
-		}
-		if l.ns.CompareAndSwap(old, next) {
-			return
-		}
-	}
-}
-
-// Get returns the estimate.
-func (l *Latency) Get() time.Duration {
-	if l == nil {
-		return 0
-	}
-	return time.Duration(l.ns.Load())
 }

@@ -1,0 +1,38 @@
+package retry
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Latency is a smoothed estimate of how long a request to etcd takes, fed
+// by a session's keepalives and by the library's own requests, to bound each
+// attempt of a retried one. The zero value is ready; a nil *Latency
+// estimates zero.
+type Latency struct{ ns atomic.Int64 }
+
+// Observe folds one measured request time in, with weight 1/8 (as TCP
+// smooths its round-trip time).
+func (l *Latency) Observe(d time.Duration) {
+	if l == nil {
+		return
+	}
+	for {
+		old := l.ns.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if l.ns.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// Get returns the estimate.
+func (l *Latency) Get() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return time.Duration(l.ns.Load())
+}
