@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/ownership"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -103,8 +104,9 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error)
 // term makes the Term of a won campaign, started at start.
 func (e *Election) term(l *sessionlink.Link, entry *revqueue.Entry, value string, start time.Time) *Term {
 	t := fencing.Token{Name: e.name, Revision: entry.Rev, Cluster: l.Cluster}
-	term := &Term{s: e.s, link: l, free: entry.Free, token: t, key: entry.Key, modRev: entry.Rev,
-		life: l.Track(string(fencing.KindElection), e.name, entry.Rev, entry.Key, time.Since(start))}
+	life := l.Track(string(fencing.KindElection), e.name, entry.Rev, entry.Key, time.Since(start))
+	term := &Term{s: e.s, link: l, token: t, modRev: entry.Rev,
+		own: ownership.New(l, entry.Key, entry.Rev, life, entry.Free, errResigned)}
 	term.value.Store(&value)
 	return term
 }

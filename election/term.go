@@ -3,14 +3,13 @@ package election
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/ctxutil"
-	"github.com/leasehold/leasehold/internal/ownwatch"
-	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/ownership"
+	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,21 +21,10 @@ type Term struct {
 	s     *fencing.Session  // set by Campaign, never changed: read without locking
 	link  *sessionlink.Link // s's, for the library's own use
 	token fencing.Token
-	key   string
-	life  sessionlink.Tenure // reports acquisition, then resignation or loss
-	free  func(retire bool)  // hands the key back to the session once Resign deleted it
+	own   *ownership.Ownership // the key, its contexts and its release; its Lock serialises Proclaim and Resign
 
-	mu       sync.Mutex             // serialises Proclaim and Resign
-	value    atomic.Pointer[string] // the last value written: read without mu, which Proclaim holds over a request
-	resigned atomic.Bool            // set once Resign succeeded or found the term lost
-	unsure   bool                   // guarded by mu: a delete failed, and may yet be applied
-	modRev   int64                  // guarded by mu: the key's last write this term knows of
-
-	// ctxMu is separate from mu: Proclaim and Resign hold mu over a request,
-	// and Context must never wait for the network.
-	ctxMu   sync.Mutex
-	watch   *ownwatch.Watcher // guarded by ctxMu: nil until Context is first called
-	stopped bool              // guarded by ctxMu: Resign was called
+	value  atomic.Pointer[string] // the last value written: read without the lock, which Proclaim holds over a request
+	modRev int64                  // guarded by own's Lock: the key's last write this term knows of
 }
 
 // errResigned is the cause of a term's contexts after Resign.
@@ -48,7 +36,7 @@ func (t *Term) Token() fencing.Token { return t.token }
 // Key returns the term's etcd key. No other live term has it: the session
 // may reuse it for a later Campaign on the same election once this term's
 // Resign has deleted it, and the token tells the two apart.
-func (t *Term) Key() string { return t.key }
+func (t *Term) Key() string { return t.own.Key }
 
 // Session returns the session whose lease the term's key is attached to.
 func (t *Term) Session() *fencing.Session { return t.s }
@@ -75,28 +63,23 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	}
 	lost, err := t.proclaim(ctx, value)
 	if lost != nil { // reported with no lock held: the observer is user code
-		t.link.Owners.Lost(t.key, t.token.Revision, lost)
-		t.reject(err)
+		t.own.Lost(lost)
+		t.own.Reject(t.token.Name, err)
 	}
 	return err
-}
-
-// reject reports a write refused because the term was lost.
-func (t *Term) reject(err error) {
-	t.link.Reject(t.token.Name, t.token.Revision, err)
 }
 
 // proclaim writes value while the term lasts. When the ownership compare
 // failed, it returns the loss to report.
 func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.resigned.Load() {
+	t.own.Lock()
+	defer t.own.Unlock()
+	if t.own.Released() {
 		return nil, fmt.Errorf("election: proclaim %v: %w: resigned", t.token, ErrNotLeader)
 	}
 	var lostAt int64 // revision of a read that found the term lost
 	var unsure bool
-	err := revqueue.Retry(ctx, t.link.Latency, &unsure, func(ctx context.Context) (err error) {
+	err := retry.Do(ctx, t.link.Latency, &unsure, func(ctx context.Context) (err error) {
 		lostAt, err = t.put(ctx, value)
 		return err
 	})
@@ -117,13 +100,14 @@ func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 // written since, and writes nothing. When the compare fails, put reads the
 // key: gone or replaced, the term is lost (it returns the revision of that
 // read); holding value, a lost attempt of this call landed; otherwise it
-// writes again over what it found. Called with t.mu held.
+// writes again over what it found. Called with t.own locked.
 func (t *Term) put(ctx context.Context, value string) (lostAt int64, _ error) {
+	key := t.own.Key
 	for {
 		resp, err := t.s.Client().Txn(ctx).
-			If(t.isOwner(), clientv3.Compare(clientv3.ModRevision(t.key), "=", t.modRev)).
-			Then(clientv3.OpPut(t.key, value, clientv3.WithLease(t.s.Lease()))).
-			Else(clientv3.OpGet(t.key)).Commit()
+			If(t.own.IsOwner(), clientv3.Compare(clientv3.ModRevision(key), "=", t.modRev)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(t.s.Lease()))).
+			Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return 0, err
 		}
@@ -159,10 +143,6 @@ func (t *Term) usable(ctx context.Context) error {
 	return nil
 }
 
-func (t *Term) isOwner() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token.Revision)
-}
-
 // Resign ends the term by deleting its key, which hands leadership to the
 // next candidate at once; it returns by ctx's deadline.
 //
@@ -188,47 +168,25 @@ func (t *Term) Resign(ctx context.Context) error {
 // resign is Resign; reason, when not nil, is why the library resigns on its
 // own (ErrRebalanced), as the observer is told.
 func (t *Term) resign(ctx context.Context, reason error) (report func(), _ error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.resigned.Load() {
-		return func() {}, fmt.Errorf("election: resign %v: %w: already resigned", t.token, ErrNotLeader)
-	}
-	t.ctxMu.Lock()
-	t.stopped = true // a later Context is born ended
-	t.ctxMu.Unlock()
-	// Reaches only the term's own watches: its tenure hears of
-	// ErrKeyDeleted alone, so no user code runs under t.mu.
-	t.link.Owners.Lost(t.key, t.token.Revision, errResigned)
-	// A plain delete of ours cannot touch a later term's key: no other
-	// session writes it, and this one reuses it only once every delete sent
-	// for this term has returned (a failed one may be applied late, onto
-	// the key's next life: then the key is never reused). Deleting nothing
-	// proves the term already lost.
-	var resp *clientv3.DeleteResponse
-	lost := false // an attempt went unanswered: it may be the one that deleted
-	err := revqueue.Retry(ctx, t.link.Latency, &lost, func(ctx context.Context) (err error) {
-		resp, err = t.s.Client().Delete(ctx, t.key)
-		return err
-	})
-	t.unsure = t.unsure || lost
-	if err != nil {
+	outcome, rev, err := t.own.Release(ctx)
+	switch {
+	case err != nil:
 		return func() {}, fmt.Errorf("election: resign %v: %w", t.token, err)
-	}
-	t.resigned.Store(true)
-	t.free(t.unsure)
-	if resp.Deleted == 0 && !lost {
-		err := fmt.Errorf("election: resign %v at revision %d: %w: %w", t.token, resp.Header.Revision, ErrNotLeader, guard.ErrNotOwner)
+	case outcome == ownership.Done:
+		return func() {}, fmt.Errorf("election: resign %v: %w: already resigned", t.token, ErrNotLeader)
+	case outcome == ownership.Gone: // deleting nothing proves the term already lost
+		err := fmt.Errorf("election: resign %v at revision %d: %w: %w", t.token, rev, ErrNotLeader, guard.ErrNotOwner)
 		return func() {
-			t.life.Lose(fmt.Errorf("%w: %q found gone by Resign", fencing.ErrKeyDeleted, t.key))
-			t.reject(err)
+			t.own.ReportLoss(fmt.Errorf("%w: %q found gone by Resign", fencing.ErrKeyDeleted, t.own.Key))
+			t.own.Reject(t.token.Name, err)
 		}, err
 	}
 	if err := t.s.Err(); err != nil {
 		// The key was still there, but the session had stopped vouching
 		// for it: the term had already ended.
-		return func() { t.life.Lose(err) }, fmt.Errorf("election: resign %v: %w: %w", t.token, ErrNotLeader, err)
+		return func() { t.own.ReportLoss(err) }, fmt.Errorf("election: resign %v: %w: %w", t.token, ErrNotLeader, err)
 	}
-	return func() { t.life.Release(reason) }, nil
+	return func() { t.own.ReportRelease(reason) }, nil
 }
 
 // Context returns a context cancelled as soon as the term can no longer be
@@ -246,15 +204,5 @@ func (t *Term) Context() context.Context {
 	if t == nil || t.link == nil {
 		return ctxutil.Ended(fmt.Errorf("election: %w: term not made by Campaign", fencing.ErrInvalidArgument))
 	}
-	t.ctxMu.Lock()
-	defer t.ctxMu.Unlock()
-	if t.watch == nil {
-		if t.stopped {
-			return ctxutil.Ended(errResigned)
-		}
-		// The watch's goroutine ends with the context: at Resign, at the
-		// loss, or when the session ends.
-		t.watch = ownwatch.Start(context.Background(), t.link.Owner(t.key, t.token.Revision))
-	}
-	return t.watch.Context()
+	return t.own.Context()
 }

@@ -3,14 +3,11 @@ package fencing
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ctxutil"
-	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/ownership"
 	"github.com/leasehold/leasehold/internal/revqueue"
-	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,19 +20,7 @@ import (
 type Hold struct {
 	s     *Session // set at creation, never changed: read without locking
 	token Token
-	key   string
-	life  sessionlink.Tenure // reports acquisition, then release or loss
-	free  func(retire bool)  // hands the key back to the session once Unlock deleted it
-
-	mu       sync.Mutex  // serialises Unlock
-	released atomic.Bool // set by Unlock once it succeeded or found the key gone
-	unsure   bool        // guarded by mu: a delete failed, and may yet be applied
-
-	// ctxMu is separate from mu: Unlock holds mu over a request, and Context
-	// must never wait for the network.
-	ctxMu   sync.Mutex
-	watch   *ownwatch.Watcher // guarded by ctxMu: nil until Context is first called
-	stopped bool              // guarded by ctxMu: Unlock was called
+	own   *ownership.Ownership // the key, its contexts and its release
 }
 
 // errReleased is the cause of a hold's contexts after Unlock; made once, as
@@ -44,7 +29,8 @@ var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 
 func newHold(m *Mutex, e *revqueue.Entry, start time.Time) *Hold {
 	t := Token{Name: m.name, Revision: e.Rev, Cluster: m.s.cluster}
-	return &Hold{s: m.s, token: t, key: e.Key, free: e.Free, life: m.s.track(KindLock, t, e.Key, time.Since(start))}
+	life := m.s.track(KindLock, t, e.Key, time.Since(start))
+	return &Hold{s: m.s, token: t, own: ownership.New(m.s.link, e.Key, e.Rev, life, e.Free, errReleased)}
 }
 
 // Token returns the hold's fencing token: greater than the token of every
@@ -54,7 +40,7 @@ func (h *Hold) Token() Token { return h.token }
 // Key returns the hold's etcd key. No other live hold has it: the session
 // may reuse it for a later Lock on the same name once this hold's Unlock has
 // deleted it, and the key's create revision (the token) tells the two apart.
-func (h *Hold) Key() string { return h.key }
+func (h *Hold) Key() string { return h.own.Key }
 
 // Session returns the session whose lease the hold's key is attached to.
 func (h *Hold) Session() *Session { return h.s }
@@ -62,9 +48,7 @@ func (h *Hold) Session() *Session { return h.s }
 // IsOwner returns the compare that holds exactly while this hold owns the
 // lock: its key exists with its creation revision. Put it first in a txn's
 // If to make writes that commit only while the hold owns the lock.
-func (h *Hold) IsOwner() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.token.Revision)
-}
+func (h *Hold) IsOwner() clientv3.Cmp { return h.own.IsOwner() }
 
 // Unlock releases the hold by deleting its key, which hands the lock to the
 // next waiter at once. It deletes this hold's key and nothing else: an old
@@ -95,40 +79,19 @@ func (h *Hold) Unlock(ctx context.Context) error {
 }
 
 func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.released.Load() {
-		return func() {}, fmt.Errorf("fencing: unlock %v: %w: already released", h.token, ErrNotHeld)
-	}
-	h.ctxMu.Lock()
-	h.stopped = true // a later Context is born ended
-	h.ctxMu.Unlock()
-	// Reaches only the hold's own watches: its tenure hears of ErrKeyGone
-	// alone, so no user code runs under h.mu.
-	h.s.link.Owners.Lost(h.key, h.token.Revision, errReleased)
-	// A plain delete of ours is as safe as a compare-guarded one: no other
-	// session writes this key, and this one reuses it only once every
-	// delete sent for this hold has returned (a failed one may be applied
-	// late, onto the key's next life: then the key is never reused).
-	var resp *clientv3.DeleteResponse
-	lost := false // an attempt went unanswered: it may be the one that deleted
-	err := revqueue.Retry(ctx, h.s.link.Latency, &lost, func(ctx context.Context) (err error) {
-		resp, err = h.s.cli.Delete(ctx, h.key)
-		return err
-	})
-	h.unsure = h.unsure || lost
-	if err != nil {
+	outcome, _, err := h.own.Release(ctx)
+	switch {
+	case err != nil:
 		return func() {}, fmt.Errorf("fencing: unlock %v: %w", h.token, err)
-	}
-	h.released.Store(true)
-	h.free(h.unsure)
-	if resp.Deleted == 0 && !lost {
-		return func() { h.life.Lose(ownwatch.ErrKeyGone) }, fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
+	case outcome == ownership.Done:
+		return func() {}, fmt.Errorf("fencing: unlock %v: %w: already released", h.token, ErrNotHeld)
+	case outcome == ownership.Gone:
+		return func() { h.own.ReportLoss(ErrKeyDeleted) }, fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
 	}
 	if err := h.s.Err(); err != nil {
-		return func() { h.life.Lose(err) }, fmt.Errorf("fencing: unlock %v: %w: %w", h.token, ErrNotHeld, err)
+		return func() { h.own.ReportLoss(err) }, fmt.Errorf("fencing: unlock %v: %w: %w", h.token, ErrNotHeld, err)
 	}
-	return func() { h.life.Release(nil) }, nil
+	return func() { h.own.ReportRelease(nil) }, nil
 }
 
 // Context returns a context that is cancelled as soon as the hold can no
@@ -148,15 +111,5 @@ func (h *Hold) Context() context.Context {
 	if h == nil || h.s == nil {
 		return ctxutil.Ended(fmt.Errorf("fencing: %w: hold not made by Lock", ErrInvalidArgument))
 	}
-	h.ctxMu.Lock()
-	defer h.ctxMu.Unlock()
-	if h.watch == nil {
-		if h.stopped {
-			return ctxutil.Ended(errReleased)
-		}
-		// The watch's goroutine ends with the context: at Unlock, at the
-		// loss, or when the session ends.
-		h.watch = ownwatch.Start(context.Background(), h.s.link.Owner(h.key, h.token.Revision))
-	}
-	return h.watch.Context()
+	return h.own.Context()
 }
