@@ -49,8 +49,10 @@
 // grant, inspect.Read shows a queue as etcd holds it (the owner, then the
 // waiters, with identity and lease TTL left), and the command
 // examples/inspect prints them. fencing.WithObserver reports every
-// acquisition, release, loss, renewal and refused write, for metrics;
-// fencing.WithLogger logs them with log/slog. guard.Health is a liveness
+// acquisition, release, loss, renewal and write refused for a lost
+// ownership (guarded txns, Proclaim, Resign), for metrics; a Gate reports
+// the tokens it refuses to its own OnReject. fencing.WithLogger logs them
+// with log/slog. guard.Health is a liveness
 // probe that fails while a process acts on an ownership past its ValidUntil.
 // inspect.SafetyBudget computes the worst cases of a TTL and margin: for the
 // defaults, a crashed holder's lock is taken over within 10.5 s, and a

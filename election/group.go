@@ -15,7 +15,7 @@ import (
 	"github.com/leasehold/leasehold/internal/assign"
 	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/keyspace"
-	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,56 +35,16 @@ const (
 	defaultDeclineFor = 5 * time.Minute
 )
 
-// RunGroup runs work for each of names on whichever replica of group the
-// names are assigned to, with Run's guarantees for each name: at most one
-// valid term per name at any moment, and work gets the term's context and
-// token. Replicas are the RunGroup calls of one group, in any process; each
-// leads about its share of the names.
-//
-// Balance: with R replicas listing the same N names, once the replicas have
-// seen each other no replica leads more than ⌈N/R⌉ of them. A replica that
-// joins takes about N/(R+1) names, and one that leaves gives up only about
-// its own: each moves by a handoff, in which the current leader's work
-// context ends with a cause wrapping ErrRebalanced, the term is resigned once
-// work returns, and the replica the name moves to, already waiting in the
-// name's election, leads it one round trip later. A replica that crashes
-// gives up its names when its lease expires: within its TTL plus etcd's
-// expiry scan.
-//
-// Liveness: a replica whose terms of a name fail three times in a row (work
-// returns an error, or the term is lost) declines the name, and the name
-// moves to another replica willing to lead it: within three failed works
-// and the backoffs between them (about a second with the default backoff),
-// plus one round trip. A decline lasts five minutes and is renewed while the
-// replica still fails the name (when every replica has declined a name, it
-// is assigned as if none had, and stays where it fails); declines outlive a
-// lost session. A replica that fails every name sheds them one at a time,
-// each after three failures, since the cap gives it others meanwhile. A
-// replica that is partitioned loses its lease, and its names, within its
-// TTL plus etcd's expiry scan.
-//
-// Cost: a replica has one session, so one lease and one keepalive, for its
-// membership and all its terms, and learns of changes by watches: at idle
-// it sends nothing but keepalives.
-//
-// The options are Run's. The policies apply to each name; unset, both are
-// Recampaign (a work that returns runs again, after a backoff). Return ends
-// RunGroup: it hands every name over and returns that work's result.
-// OnStartedLeading and OnStoppedLeading run in the goroutine of their name,
-// so calls for different names may run at once. Each term's value, as
-// observers see it, is the session's identity (fencing.WithIdentity).
-//
-// When ctx ends, RunGroup leaves the group: it removes its membership key,
-// so that the others take its names at once, ends every work's context with
-// ctx's cause, resigns each name once its work returns, and returns nil.
-// Once the works have returned, it spends at most a second on the
-// membership key, one on the resigns (sent together) and one on revoking
-// its lease: an unreachable etcd delays it by no more. It
-// returns an error only for bad arguments (fencing.ErrInvalidName;
-// fencing.ErrInvalidArgument for a nil ctx, client, work or option, no
-// names, or a name twice), when etcd refuses this client the group's or a
-// name's keys (rpctypes.ErrPermissionDenied), or when a policy of Return
-// gives it work's error.
+// RunGroup runs work for each of names on whichever replica of group (a
+// RunGroup call, in any process) the name is assigned to, with Run's
+// guarantees per name. With R replicas listing the same N names, none leads
+// more than ⌈N/R⌉ once they have seen each other; a name that moves ends
+// its work's context with a cause wrapping ErrRebalanced. The options are
+// Run's; both policies default to Recampaign. When ctx ends, RunGroup hands
+// its names over, resigns, and returns nil within three seconds of the
+// works' return. Errors: bad arguments, a refused grant
+// (rpctypes.ErrPermissionDenied), or work's under Return. The package doc
+// says how names move and fail over, and what a group costs.
 func RunGroup(ctx context.Context, cli *clientv3.Client, group string, names []string,
 	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
 	c, sc, err := configure(runConfig{onSuccess: Recampaign, onError: Recampaign, declineFor: defaultDeclineFor}, opts)
@@ -155,7 +115,7 @@ func (g *grouper) loop(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case refused(err):
-			return again(fmt.Sprintf("election: RunGroup %q", g.group), err)
+			return underPrefix(fmt.Sprintf("election: RunGroup %q", g.group), err)
 		}
 		g.log.Warn("session lost or failed; joining again", "err", err)
 		fails++
@@ -282,7 +242,7 @@ func (r *round) follow(ctx context.Context) error {
 func (r *round) read(ctx context.Context) (int64, error) {
 	var resp *clientv3.GetResponse
 	var unsure bool
-	err := revqueue.Retry(ctx, r.link.Latency, &unsure, func(ctx context.Context) (err error) {
+	err := retry.Do(ctx, r.link.Latency, &unsure, func(ctx context.Context) (err error) {
 		resp, err = r.s.Client().Get(ctx, r.prefix, clientv3.WithPrefix())
 		return err
 	})
@@ -338,7 +298,7 @@ func (r *round) watch(ctx context.Context, rev int64) error {
 				return errWatchBroken
 			}
 			if err := resp.Err(); err != nil {
-				return typed(err)
+				return retry.Typed(err)
 			}
 			for _, ev := range resp.Events {
 				if string(ev.Kv.Key) == r.key && ev.Kv.ModRevision < r.rev {
@@ -411,7 +371,7 @@ func (r *round) putMember(ctx context.Context) error {
 	m := assign.Member{Key: r.key, ID: r.link.Identity, Names: r.g.names, Declined: slices.Sorted(maps.Keys(r.declined))}
 	val := assign.Encode(m)
 	var unsure bool
-	err := revqueue.Retry(ctx, r.link.Latency, &unsure, func(ctx context.Context) error {
+	err := retry.Do(ctx, r.link.Latency, &unsure, func(ctx context.Context) error {
 		for {
 			resp, err := r.s.Client().Txn(ctx).
 				If(clientv3.Compare(clientv3.ModRevision(r.key), "=", r.rev)).
@@ -497,7 +457,7 @@ func (r *round) leave(ctx context.Context, err error) {
 	if r.s.Err() == nil && r.rev != 0 {
 		dctx, cancel := ctxutil.Detach(ctx, leaveGrace, leaveGrace)
 		var unsure bool
-		revqueue.Retry(dctx, r.link.Latency, &unsure, func(ctx context.Context) error {
+		retry.Do(dctx, r.link.Latency, &unsure, func(ctx context.Context) error {
 			_, err := r.s.Client().Delete(ctx, r.key)
 			return err
 		})

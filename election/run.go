@@ -195,7 +195,7 @@ func (r *runner) loop(ctx context.Context) error {
 		t, err := r.campaign(ctx)
 		if err != nil {
 			if refused(err) {
-				return again(fmt.Sprintf("election: Run %q", r.name), err)
+				return underPrefix(fmt.Sprintf("election: Run %q", r.name), err)
 			}
 			if ctx.Err() == nil { // why a replica is not leading: say it
 				r.log.Warn("campaign failed; retrying", "err", err)
@@ -212,9 +212,9 @@ func (r *runner) loop(ctx context.Context) error {
 	return nil
 }
 
-// again wraps err, an error of this package, under prefix, naming the
+// underPrefix wraps err, an error of this package, under prefix, naming the
 // package once: "election: Run "x": campaign "x": permission denied".
-func again(prefix string, err error) error {
+func underPrefix(prefix string, err error) error {
 	return &prefixed{text: prefix + ": " + strings.TrimPrefix(err.Error(), "election: "), err: err}
 }
 

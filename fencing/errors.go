@@ -56,7 +56,7 @@ var (
 	// one call writes one key). It is the cause of a Hold's or a Term's
 	// context when the owner key went, and of guarded txns' ErrNotOwner
 	// reports of it.
-	ErrKeyDeleted = ownwatch.ErrKeyGone
+	ErrKeyDeleted = ownwatch.ErrKeyDeleted
 )
 
 // Causes of a session's end, returned by Session.Err and wrapped by the

@@ -70,17 +70,18 @@ func (g *Gate) report(t Token, err error) error {
 	return err
 }
 
-// Do admits t and, if it is admitted, runs write while no other Do of the
-// same name runs in this process: a newer token cannot be admitted through
-// this Gate between this check and this write. It returns Admit's error or
-// write's; a nil write returns ErrInvalidArgument, admitting nothing.
+// Do admits t and, if it is admitted, runs write with ctx while no other Do
+// of the same name runs in this process: a newer token cannot be admitted
+// through this Gate between this check and this write. It returns Admit's
+// error or write's; a nil write returns ErrInvalidArgument, admitting
+// nothing.
 //
 // Do orders writes within one process only. When several processes guard
 // one store (each with its own Gate, sharing an EtcdGateStore), a slow
 // write admitted by one can still land after a newer one admitted by
 // another: such a store must check the token itself, in the same
 // transaction as the write (the fence column of the package doc).
-func (g *Gate) Do(ctx context.Context, t Token, write func() error) error {
+func (g *Gate) Do(ctx context.Context, t Token, write func(ctx context.Context) error) error {
 	if write == nil {
 		return fmt.Errorf("fencing: gate Do %v: %w: nil write", t, ErrInvalidArgument)
 	}
@@ -91,14 +92,14 @@ func (g *Gate) Do(ctx context.Context, t Token, write func() error) error {
 	return err
 }
 
-func (g *Gate) do(ctx context.Context, t Token, write func() error) (admitted bool, _ error) {
+func (g *Gate) do(ctx context.Context, t Token, write func(context.Context) error) (admitted bool, _ error) {
 	mu := g.nameLock(t.Name)
 	mu.Lock()
 	defer mu.Unlock()
 	if err := g.admit(ctx, t); err != nil {
 		return false, err
 	}
-	return true, write()
+	return true, write(ctx)
 }
 
 func (g *Gate) store() GateStore {

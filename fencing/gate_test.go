@@ -54,10 +54,28 @@ func TestGateDoRunsOnlyAdmittedWrites(t *testing.T) {
 	var g fencing.Gate
 	var written []int64
 	for _, rev := range []int64{3, 8, 5, 8, 9} {
-		g.Do(context.Background(), tok(rev), func() error { written = append(written, rev); return nil })
+		g.Do(context.Background(), tok(rev), func(context.Context) error { written = append(written, rev); return nil })
 	}
 	if fmt.Sprint(written) != "[3 8 8 9]" {
 		t.Fatalf("writes = %v; want [3 8 8 9]", written)
+	}
+}
+
+// Do hands write the caller's ctx, for a write to a remote store that must
+// end with it.
+func TestGateDoPassesContext(t *testing.T) {
+	var g fencing.Gate
+	type key struct{}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "mine"))
+	cancel()
+	err := g.Do(ctx, tok(1), func(wctx context.Context) error {
+		if wctx.Value(key{}) != "mine" {
+			t.Errorf("write's ctx lacks the caller's value")
+		}
+		return wctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do = %v; want the write's error (its ctx ended)", err)
 	}
 }
 

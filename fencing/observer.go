@@ -156,7 +156,7 @@ func (s *Session) track(kind Kind, t Token, key string, wait time.Duration) sess
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
 	tn.unregister = s.link.Owners.Register(key, t.Revision, func(cause error) {
-		if errors.Is(cause, ownwatch.ErrKeyGone) { // not Unlock's own notice
+		if errors.Is(cause, ownwatch.ErrKeyDeleted) { // not Unlock's own notice
 			tn.Lose(cause)
 		}
 	})

@@ -41,7 +41,8 @@ func TestTrackWithoutListenersIsFree(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() {
 		s.track(KindLock, Token{Name: "n", Revision: 5}, "k", 0).Release(nil)
 	})
-	if allocs != 0 || s.link.Owners.Len() != 0 {
-		t.Errorf("Track+Release with nobody listening: %v allocations, %d registrations", allocs, s.link.Owners.Len())
+	// No allocation proves no registration too: Register allocates.
+	if allocs != 0 {
+		t.Errorf("Track+Release with nobody listening: %v allocations", allocs)
 	}
 }

@@ -79,7 +79,7 @@ func TestObserverSeesEachEventOnce(t *testing.T) {
 				t.Errorf("loss of %v noticed %v before ValidUntil, more than a TTL", e.Token, e.Early)
 			}
 		}
-		if !errors.Is(causes["deleted"], ownwatch.ErrKeyGone) {
+		if !errors.Is(causes["deleted"], ownwatch.ErrKeyDeleted) {
 			t.Errorf("deleted hold lost with %v; want the key-gone cause", causes["deleted"])
 		}
 		for _, n := range []string{"armed", "plain"} {

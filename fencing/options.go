@@ -35,14 +35,21 @@ func WithTTL(d time.Duration) SessionOption {
 // expiry of the lease the session stops vouching for it. More absorbs longer
 // GC pauses and slower timers; less keeps ownership longer. Unset:
 // max(TTL/10, 500 ms). NewSession returns ErrInvalidArgument unless
-// 0 < d < TTL/2 (a margin of half the TTL or more would lose the lease
-// between two renewals).
+// 0 < d < TTL/2: the session renews every TTL/3 and, after a failure, tries
+// again TTL/12 later; below TTL/2, a failed renewal gets that second try,
+// and TTL/12 more for its answer, before the session stops vouching.
+// inspect.SafetyBudget accepts exactly the same margins.
 func WithSafetyMargin(d time.Duration) SessionOption {
 	return func(c *sessionConfig) { c.Margin, c.MarginSet = d, true }
 }
 
-// WithLogger makes the session log renewal failures and its end to l.
-// Unset, or nil: the session logs nothing.
+// WithLogger makes the session log to l, with log/slog: at Warn, the
+// session lost (its cause) and each hold or term lost (kind, name, token,
+// how long it was held, its cause, and how long before ValidUntil it was
+// noticed); at Debug, the session's start and close, each failed renewal,
+// and each acquisition (with its wait) and release. election.Run and
+// RunGroup log their own events to the same logger. Unset, or nil: the
+// session logs nothing.
 func WithLogger(l *slog.Logger) SessionOption {
 	return func(c *sessionConfig) { c.Logger = l }
 }

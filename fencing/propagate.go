@@ -94,7 +94,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	err = m.g.Do(r.Context(), t, func() error {
+	err = m.g.Do(r.Context(), t, func(context.Context) error {
 		m.next.ServeHTTP(w, r.WithContext(WithToken(r.Context(), t)))
 		return nil
 	})

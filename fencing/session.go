@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -92,7 +93,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 		},
 		Reject:       s.reject,
 		AcquireError: func(err error) error { return acquireError(s, err) },
-		Latency:      new(sessionlink.Latency),
+		Latency:      new(retry.Latency),
 	}
 	s.link.Latency.Observe(time.Since(sent)) // the grant's round trip
 	s.ctx, s.cancel = sessionlink.With(life, s.link), cancel
@@ -122,8 +123,14 @@ func (s *Session) TTL() time.Duration { return s.ttl }
 // send time of the last acknowledged keepalive (or of the grant), plus the
 // TTL the server granted, minus the safety margin. The server cannot expire
 // the lease before it (it starts counting the TTL when it receives the
-// request, after it was sent). Done closes no later than ValidUntil; after
-// Done closes, ValidUntil is in the past.
+// request, after it was sent). A timer closes Done at ValidUntil, so in a
+// running process Done is closed by then, give or take the timer's latency,
+// which the margin covers. A process paused across ValidUntil runs no code
+// until it resumes; then the expired timer closes Done as soon as the Go
+// runtime runs it, and code that resumes first (yours, or a Lock about to
+// return) may act before that: a pause longer than the margin is covered
+// only by guarded and fenced writes. After Done closes, ValidUntil is in
+// the past.
 //
 // It cannot stop a process that pauses right after reading it: fence your
 // writes.

@@ -46,12 +46,14 @@ type Budget struct {
 // every renewal, with safety margin margin. A fencing.Session renews every
 // third of its TTL; its margin is fencing.WithSafetyMargin's, by default
 // max(TTL/10, 500 ms). It returns fencing.ErrInvalidArgument
-// unless all three are positive and renewal + margin < ttl (otherwise the
-// session stops vouching between two renewals).
+// unless all three are positive, renewal + margin < ttl (otherwise the
+// session stops vouching between two renewals) and margin < ttl/2, the
+// bound fencing.NewSession sets on the margin: it accepts a configuration
+// exactly when a session could be made with it.
 func SafetyBudget(ttl, renewal, margin time.Duration) (Budget, error) {
 	// Compared without sums, which could overflow.
-	if ttl <= 0 || renewal <= 0 || margin <= 0 || margin >= ttl || renewal >= ttl-margin || ttl > math.MaxInt64-ExpiryScan {
-		return Budget{}, fmt.Errorf("inspect: SafetyBudget(%v, %v, %v): %w: need positive values with renewal + margin < TTL",
+	if ttl <= 0 || renewal <= 0 || margin <= 0 || margin >= ttl/2 || renewal >= ttl-margin || ttl > math.MaxInt64-ExpiryScan {
+		return Budget{}, fmt.Errorf("inspect: SafetyBudget(%v, %v, %v): %w: need positive values with renewal + margin < TTL and margin < TTL/2",
 			ttl, renewal, margin, fencing.ErrInvalidArgument)
 	}
 	return Budget{

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
 func TestSafetyBudget(t *testing.T) {
@@ -54,4 +55,25 @@ func FuzzSafetyBudget(f *testing.F) {
 		}
 		_ = b.String()
 	})
+}
+
+// SafetyBudget accepts a margin exactly when NewSession does, for the
+// renewal interval a session uses (TTL/3).
+func TestSafetyBudgetAgreesWithNewSession(t *testing.T) {
+	c := etcdtest.Single(t)
+	ctx := etcdtest.Context(t, time.Minute)
+	ttl := 6 * time.Second
+	for _, margin := range []time.Duration{-time.Second, 0, time.Millisecond, time.Second, 2999 * time.Millisecond,
+		3 * time.Second, 3500 * time.Millisecond, 4 * time.Second, 6 * time.Second} {
+		s, sessionErr := fencing.NewSession(ctx, c.Client(t), fencing.WithTTL(ttl), fencing.WithSafetyMargin(margin))
+		if sessionErr == nil {
+			s.Close(ctx)
+		} else if !errors.Is(sessionErr, fencing.ErrInvalidArgument) {
+			t.Fatal(sessionErr)
+		}
+		_, budgetErr := inspect.SafetyBudget(ttl, ttl/3, margin)
+		if (sessionErr == nil) != (budgetErr == nil) {
+			t.Errorf("margin %v: NewSession says %v, SafetyBudget says %v", margin, sessionErr, budgetErr)
+		}
+	}
 }

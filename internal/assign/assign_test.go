@@ -1,20 +1,23 @@
-package assign
+package assign_test
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/assign"
+	"github.com/leasehold/leasehold/internal/assign/assigntest"
 )
 
-func group(r, n int) []Member {
+func group(r, n int) []assign.Member {
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("job-%d", i)
 	}
-	ms := make([]Member, r)
+	ms := make([]assign.Member, r)
 	for i := range ms {
-		ms[i] = Member{Key: fmt.Sprintf("leasehold/g#group/%016x-0", 0x694d7a1c+i*7919), Names: names}
+		ms[i] = assign.Member{Key: fmt.Sprintf("leasehold/g#group/%016x-0", 0x694d7a1c+i*7919), Names: names}
 	}
 	return ms
 }
@@ -29,9 +32,9 @@ func loads(a map[string]string) map[string]int {
 
 // checkBalanced fails unless every name of ms is assigned to a member listing
 // it and, all members listing the same names, none leads more than the cap.
-func checkBalanced(t *testing.T, ms []Member, a map[string]string) {
+func checkBalanced(t *testing.T, ms []assign.Member, a map[string]string) {
 	t.Helper()
-	limit := Cap(len(a), len(ms))
+	limit := assign.Cap(len(a), len(ms))
 	for k, l := range loads(a) {
 		if l > limit {
 			t.Fatalf("%s leads %d names, cap %d", k, l, limit)
@@ -50,12 +53,12 @@ func TestAssignBalancedAndStable(t *testing.T) {
 	for _, n := range []int{1, 10, 100, 1000} {
 		for r := 1; r <= 5; r++ {
 			ms := group(r, n)
-			a := Assign(ms)
+			a := assign.Assign(ms)
 			checkBalanced(t, ms, a)
 			shuffled := slices.Clone(ms)
 			rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-			if b := Assign(shuffled); Moved(a, b) != 0 {
-				t.Fatalf("n=%d r=%d: the order of members changed %d assignments", n, r, Moved(a, b))
+			if b := assign.Assign(shuffled); assigntest.Moved(a, b) != 0 {
+				t.Fatalf("n=%d r=%d: the order of members changed %d assignments", n, r, assigntest.Moved(a, b))
 			}
 		}
 	}
@@ -69,13 +72,13 @@ func TestAssignMovesFew(t *testing.T) {
 	for _, n := range []int{10, 100, 1000} {
 		for r := 1; r <= 4; r++ {
 			ms := group(r+1, n)
-			before, after := Assign(ms[:r]), Assign(ms)
-			join, least := Moved(before, after), Least(before, ms)
+			before, after := assign.Assign(ms[:r]), assign.Assign(ms)
+			join, least := assigntest.Moved(before, after), assigntest.Least(before, ms)
 			t.Logf("n=%d %d→%d replicas: join moves %d, least %d", n, r, r+1, join, least)
 			if join > least+n/(r+1)/4+3 {
 				t.Errorf("n=%d, join of replica %d moved %d names, least %d", n, r+1, join, least)
 			}
-			leave, least := Moved(after, before), Least(after, ms[:r])
+			leave, least := assigntest.Moved(after, before), assigntest.Least(after, ms[:r])
 			t.Logf("n=%d %d→%d replicas: leave moves %d, least %d", n, r+1, r, leave, least)
 			if leave > least+n/(r+1)/4+3 {
 				t.Errorf("n=%d, leave of replica %d moved %d names, least %d", n, r+1, leave, least)
@@ -86,25 +89,25 @@ func TestAssignMovesFew(t *testing.T) {
 
 func TestAssignDeclined(t *testing.T) {
 	ms := group(3, 30)
-	a := Assign(ms)
+	a := assign.Assign(ms)
 	owner := a["job-7"]
 	for i := range ms {
 		if ms[i].Key == owner {
 			ms[i].Declined = []string{"job-7"}
 		}
 	}
-	b := Assign(ms)
+	b := assign.Assign(ms)
 	if b["job-7"] == owner {
 		t.Fatalf("job-7 stays with %s, which declined it", owner)
 	}
 	checkBalanced(t, ms, b)
 	half := group(2, 6) // one member declines half: balance still holds
 	half[0].Declined = half[0].Names[:3]
-	checkBalanced(t, half, Assign(half))
+	checkBalanced(t, half, assign.Assign(half))
 	for i := range ms { // all decline: someone must still lead it
 		ms[i].Declined = []string{"job-7"}
 	}
-	if c := Assign(ms); c["job-7"] == "" {
+	if c := assign.Assign(ms); c["job-7"] == "" {
 		t.Fatal("job-7 unassigned once every member declined it")
 	}
 }
@@ -113,7 +116,7 @@ func TestAssignOnlyToListing(t *testing.T) {
 	ms := group(3, 10)
 	ms[0].Names = append(slices.Clone(ms[0].Names), "only-0")
 	ms[2].Names = ms[2].Names[:5]
-	a := Assign(ms)
+	a := assign.Assign(ms)
 	if a["only-0"] != ms[0].Key {
 		t.Fatalf("only-0 assigned to %q, not to the one member listing it", a["only-0"])
 	}
@@ -125,13 +128,13 @@ func TestAssignOnlyToListing(t *testing.T) {
 }
 
 func TestDecodeRejectsGarbage(t *testing.T) {
-	if _, err := Decode("k", []byte("{")); err == nil {
+	if _, err := assign.Decode("k", []byte("{")); err == nil {
 		t.Fatal("Decode accepted a truncated value")
 	}
-	m := Member{Key: "k", ID: "host/1", Names: []string{"a", "b"}, Declined: []string{"b"}}
-	got, err := Decode("k", []byte(Encode(m)))
+	m := assign.Member{Key: "k", ID: "host/1", Names: []string{"a", "b"}, Declined: []string{"b"}}
+	got, err := assign.Decode("k", []byte(assign.Encode(m)))
 	if err != nil || !slices.Equal(got.Names, m.Names) || got.ID != m.ID || !slices.Equal(got.Declined, m.Declined) {
-		t.Fatalf("Decode(Encode(m)) = %+v, %v", got, err)
+		t.Fatalf("assign.Decode(assign.Encode(m)) = %+v, %v", got, err)
 	}
 }
 
@@ -142,7 +145,7 @@ func FuzzAssign(f *testing.F) {
 	f.Add(uint64(42), uint8(1), uint8(0))
 	f.Fuzz(func(t *testing.T, seed uint64, r, n uint8) {
 		rng := rand.New(rand.NewPCG(seed, seed))
-		ms := make([]Member, int(r%8))
+		ms := make([]assign.Member, int(r%8))
 		for i := range ms {
 			ms[i].Key = fmt.Sprint("m", i)
 			for j := range int(n % 64) {
@@ -154,21 +157,21 @@ func FuzzAssign(f *testing.F) {
 				}
 			}
 		}
-		a := Assign(ms)
+		a := assign.Assign(ms)
 		for _, m := range ms {
 			for _, name := range m.Names {
 				k, ok := a[name]
 				if !ok {
 					t.Fatalf("%q unassigned", name)
 				}
-				if i := slices.IndexFunc(ms, func(m Member) bool { return m.Key == k }); i < 0 || !slices.Contains(ms[i].Names, name) {
+				if i := slices.IndexFunc(ms, func(m assign.Member) bool { return m.Key == k }); i < 0 || !slices.Contains(ms[i].Names, name) {
 					t.Fatalf("%q assigned to %q, which does not list it", name, k)
 				}
 			}
 		}
 		rev := slices.Clone(ms)
 		slices.Reverse(rev)
-		if Moved(a, Assign(rev)) != 0 {
+		if assigntest.Moved(a, assign.Assign(rev)) != 0 {
 			t.Fatal("member order changed the assignment")
 		}
 	})

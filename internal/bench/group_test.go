@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/assign"
+	"github.com/leasehold/leasehold/internal/assign/assigntest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -126,13 +127,13 @@ func (t *tracker) balanced(b *testing.B, n int, ids []string, start time.Time) (
 }
 
 // least is the fewest names that must move from holders for ids to be
-// balanced (assign.Least, with replicas named by id).
+// balanced (assigntest.Least, with replicas named by id).
 func least(holders map[string]string, ids []string) int {
 	ms := make([]assign.Member, len(ids))
 	for i, id := range ids {
 		ms[i].Key = id
 	}
-	return assign.Least(holders, ms)
+	return assigntest.Least(holders, ms)
 }
 
 func groupNames(group string, n int) []string {
@@ -188,7 +189,7 @@ func groupRun(b *testing.B, c *etcdtest.Cluster, n, r int) {
 	stops = append(stops, start(ids[r-1]))
 	d, after := tr.balanced(b, n, ids, t0)
 	b.ReportMetric(float64(d.Microseconds())/1000, "join-ms")
-	b.ReportMetric(float64(assign.Moved(before, after)), "join-moved")
+	b.ReportMetric(float64(assigntest.Moved(before, after)), "join-moved")
 	b.ReportMetric(float64(least(before, ids)), "join-least")
 
 	idle(b, ctrs)
@@ -199,7 +200,7 @@ func groupRun(b *testing.B, c *etcdtest.Cluster, n, r int) {
 	stops = stops[1:]
 	d, after2 := tr.balanced(b, n, ids[1:], t0)
 	b.ReportMetric(float64(d.Microseconds())/1000, "leave-ms")
-	b.ReportMetric(float64(assign.Moved(after, after2)), "leave-moved")
+	b.ReportMetric(float64(assigntest.Moved(after, after2)), "leave-moved")
 	b.ReportMetric(float64(least(after, ids[1:])), "leave-least")
 
 	// Crash: a replica in a subprocess joins, then is killed.
@@ -212,7 +213,7 @@ func groupRun(b *testing.B, c *etcdtest.Cluster, n, r int) {
 	d, after = tr.balanced(b, n, ids, t0)
 	b.ReportMetric(float64(d.Microseconds())/1000, "crash-ms")
 	b.ReportMetric(float64(least(before, ids)), "crash-least")
-	b.ReportMetric(float64(assign.Moved(before, after)), "crash-moved")
+	b.ReportMetric(float64(assigntest.Moved(before, after)), "crash-moved")
 }
 
 // follow reads a group helper's lines into tr.

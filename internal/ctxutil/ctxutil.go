@@ -11,9 +11,12 @@ import (
 // does, or limit from now (if limit > 0), whichever comes first. A call that
 // cleans up with it returns at most grace after its deadline.
 func Detach(ctx context.Context, grace, limit time.Duration) (context.Context, context.CancelFunc) {
-	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var dctx context.Context
+	var cancel context.CancelFunc
 	if limit > 0 {
 		dctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), limit)
+	} else {
+		dctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
 	}
 	// A timer that fires after cancel is harmless: cancel is idempotent.
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })

@@ -47,8 +47,10 @@ func (r *Registry) Register(key string, rev int64, f func(cause error)) (unregis
 // watch saw the key go, a guarded txn found the owner compare false (which
 // proves the loss before any watch event arrives), or the owner released it.
 // The calls are made without the registry's lock, so they may register and
-// unregister; the caller must hold no lock of its own, since a tenure's
-// report runs the user's observer.
+// unregister. A session's tenure reports (and so runs the user's observer
+// and logger) only for a cause wrapping ErrKeyDeleted: a caller may hold a
+// lock of its own while it passes any other cause (a release's own notice,
+// as ownership.Release does), and must hold none with ErrKeyDeleted.
 func (r *Registry) Lost(key string, rev int64, cause error) {
 	o := owner{key, rev}
 	r.mu.Lock()
@@ -60,12 +62,4 @@ func (r *Registry) Lost(key string, rev int64, cause error) {
 	for _, f := range fs {
 		f(cause)
 	}
-}
-
-// Len returns the number of ownerships with something registered: zero once every
-// watch and tenure of the session has ended.
-func (r *Registry) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.m)
 }

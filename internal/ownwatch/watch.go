@@ -13,11 +13,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// ErrKeyGone is the library's one "key gone" error, exported as
+// ErrKeyDeleted is the library's one "key gone" error, exported as
 // fencing.ErrKeyDeleted: the cause of a watched context whose owner key was
 // deleted or replaced by a key with another create revision, and the error
 // of a queued waiter whose key was deleted.
-var ErrKeyGone = errors.New("key deleted")
+var ErrKeyDeleted = errors.New("key deleted")
 
 // Owner names the key to watch and the create revision that proves
 // ownership.
@@ -25,11 +25,11 @@ type Owner struct {
 	Client *clientv3.Client
 	Key    string
 	Rev    int64
-	// Lease is the session's context: it ends, with the cause, when the
+	// Life is the session's context: it ends, with the cause, when the
 	// session stops vouching for its lease.
-	Lease   context.Context
+	Life    context.Context
 	LeaseID clientv3.LeaseID
-	// Expired is the cause to report, with ErrKeyGone, when the key went
+	// Expired is the cause to report, with ErrKeyDeleted, when the key went
 	// because its lease was revoked or expired.
 	Expired error
 	// Owners is the session's registry: the watch registers there, so that
@@ -48,9 +48,9 @@ const retryDelay = 50 * time.Millisecond
 // key: the context is cancelled when it ends, whatever it found.
 const leaseCheckTimeout = 100 * time.Millisecond
 
-// Watch is Start, then a wait until the watch is armed (see Watcher.Armed),
-// or ownership is lost, or parent is done (the context is then already
-// done). cancel ends the watch with context.Canceled and returns after its
+// Watch is Start, then a wait until the watch is armed (established on the
+// server, and the key seen alive at or after its start revision), or
+// ownership is lost, or parent is done (the context is then already done). cancel ends the watch with context.Canceled and returns after its
 // goroutine has exited.
 func Watch(parent context.Context, o Owner) (context.Context, context.CancelFunc) {
 	w := Start(parent, o)
@@ -70,7 +70,7 @@ type Watcher struct {
 }
 
 // Start returns at once a watch whose context is cancelled with a cause once
-// o's ownership can no longer be proven: ErrKeyGone, the lease's cause, or
+// o's ownership can no longer be proven: ErrKeyDeleted, the lease's cause, or
 // parent's cause. The etcd watch is armed in the background; until it is,
 // the context still ends with the session (at ValidUntil at the latest), and
 // a deletion made before arming is found by the read that arming ends with.
@@ -80,15 +80,15 @@ func Start(parent context.Context, o Owner) *Watcher {
 	// The session's end cancels the watch at once, even while it is blocked
 	// in etcd (clientv3's Watch call blocks until the server creates the
 	// watch): the context ends at ValidUntil whatever the network does.
-	stopLease := context.AfterFunc(o.Lease, func() { cancel(context.Cause(o.Lease)) })
+	stopLife := context.AfterFunc(o.Life, func() { cancel(context.Cause(o.Life)) })
 	unregister := o.Owners.Register(o.Key, o.Rev, func(cause error) { cancel(cause) })
-	if o.Lease.Err() != nil {
-		cancel(context.Cause(o.Lease)) // now, not when the AfterFunc runs
+	if o.Life.Err() != nil {
+		cancel(context.Cause(o.Life)) // now, not when the AfterFunc runs
 	}
 	watch := func() {
 		defer close(w.done)
 		defer unregister()
-		defer stopLease()
+		defer stopLife()
 		wch := w.arm()
 		close(w.armed)
 		w.run(wch)
@@ -97,9 +97,9 @@ func Start(parent context.Context, o Owner) *Watcher {
 	case o.Go == nil:
 		go watch()
 	case !o.Go(watch):
-		cancel(context.Cause(o.Lease)) // the session ended: nothing to watch
+		cancel(context.Cause(o.Life)) // the session ended: nothing to watch
 		unregister()
-		stopLease()
+		stopLife()
 		close(w.armed)
 		close(w.done)
 	}
@@ -108,12 +108,6 @@ func Start(parent context.Context, o Owner) *Watcher {
 
 // Context returns the watched context.
 func (w *Watcher) Context() context.Context { return w.ctx }
-
-// Armed is closed once the watch is established on the server and the key
-// was seen alive at or after the watch's start revision, so that a deletion
-// from then on is seen within one watch round trip; or once the context is
-// done, whichever comes first.
-func (w *Watcher) Armed() <-chan struct{} { return w.armed }
 
 // Stop ends the watch with cause (unless it already ended) and returns after
 // its goroutine has exited.
@@ -155,7 +149,7 @@ func (w *Watcher) created(wch clientv3.WatchChan) bool {
 		return false
 	}
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.o.Rev {
-		w.o.Owners.Lost(w.o.Key, w.o.Rev, fmt.Errorf("%w: %q not found at revision %d", ErrKeyGone, w.o.Key, g.Header.Revision))
+		w.o.Owners.Lost(w.o.Key, w.o.Rev, fmt.Errorf("%w: %q not found at revision %d", ErrKeyDeleted, w.o.Key, g.Header.Revision))
 	}
 	return true
 }
@@ -200,7 +194,7 @@ func (w *Watcher) run(wch clientv3.WatchChan) {
 // costs one round trip (at most leaseCheckTimeout) before the cancel; it
 // never delays the cancel at ValidUntil, which the session does on its own.
 func (w *Watcher) goneCause(ev *clientv3.Event) error {
-	gone := fmt.Errorf("%w: %q %v at revision %d", ErrKeyGone, w.o.Key, ev.Type, ev.Kv.ModRevision)
+	gone := fmt.Errorf("%w: %q %v at revision %d", ErrKeyDeleted, w.o.Key, ev.Type, ev.Kv.ModRevision)
 	if ev.Type != clientv3.EventTypeDelete || w.o.Expired == nil {
 		return gone
 	}

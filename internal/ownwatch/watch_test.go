@@ -38,7 +38,7 @@ func own(t *testing.T, cli *clientv3.Client, reg *ownwatch.Registry, key string)
 	life, end := context.WithCancelCause(context.Background())
 	t.Cleanup(func() { end(context.Canceled) })
 	return owned{
-		Owner:      ownwatch.Owner{Client: cli, Key: key, Rev: p.Header.Revision, Lease: life, LeaseID: g.ID, Expired: errExpired, Owners: reg},
+		Owner:      ownwatch.Owner{Client: cli, Key: key, Rev: p.Header.Revision, Life: life, LeaseID: g.ID, Expired: errExpired, Owners: reg},
 		endSession: end,
 	}
 }
@@ -65,8 +65,8 @@ func TestArmedWatchSeesDeletion(t *testing.T) {
 		t.Fatalf("armed watch of a live key already ended: %v", context.Cause(ctx))
 	}
 	c.Delete(t, o.Key)
-	if cause := ended(t, ctx, "deleted"); !errors.Is(cause, ownwatch.ErrKeyGone) || errors.Is(cause, errExpired) {
-		t.Errorf("cause %v, want ErrKeyGone alone", cause)
+	if cause := ended(t, ctx, "deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) || errors.Is(cause, errExpired) {
+		t.Errorf("cause %v, want ErrKeyDeleted alone", cause)
 	}
 }
 
@@ -78,8 +78,8 @@ func TestStartFindsDeletionBeforeArming(t *testing.T) {
 	c.Delete(t, o.Key)
 	w := ownwatch.Start(context.Background(), o.Owner)
 	defer w.Stop(context.Canceled)
-	if cause := ended(t, w.Context(), "deleted before Start"); !errors.Is(cause, ownwatch.ErrKeyGone) {
-		t.Errorf("cause %v, want ErrKeyGone", cause)
+	if cause := ended(t, w.Context(), "deleted before Start"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 	<-w.Armed()
 }
@@ -101,9 +101,9 @@ func TestCauseOfEachLoss(t *testing.T) {
 			if _, err := c.Admin.Put(etcdtest.Context(t, wait), o.Key, "someone else's"); err != nil {
 				t.Fatal(err)
 			}
-		}, []error{ownwatch.ErrKeyGone}},
+		}, []error{ownwatch.ErrKeyDeleted}},
 		{"lease revoked", func(o owned, _ context.CancelCauseFunc, _ *ownwatch.Registry) { c.Revoke(t, o.LeaseID) },
-			[]error{ownwatch.ErrKeyGone, errExpired}},
+			[]error{ownwatch.ErrKeyDeleted, errExpired}},
 		{"session ended", func(o owned, _ context.CancelCauseFunc, _ *ownwatch.Registry) { o.endSession(sessionLost) },
 			[]error{sessionLost}},
 		{"parent done", func(_ owned, cancel context.CancelCauseFunc, _ *ownwatch.Registry) { cancel(parentCause) },
@@ -149,8 +149,8 @@ func TestBrokenStreamIsResumed(t *testing.T) {
 		t.Fatalf("a restart ended the watch: %v", context.Cause(ctx))
 	}
 	c.Delete(t, o.Key)
-	if cause := ended(t, ctx, "deleted after the restart"); !errors.Is(cause, ownwatch.ErrKeyGone) {
-		t.Errorf("cause %v, want ErrKeyGone", cause)
+	if cause := ended(t, ctx, "deleted after the restart"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 }
 
@@ -170,8 +170,8 @@ func TestCompactedWatchIsRearmed(t *testing.T) {
 		t.Fatalf("compaction ended the watch: %v", context.Cause(ctx))
 	}
 	c.Delete(t, o.Key)
-	if cause := ended(t, ctx, "deleted after the compaction"); !errors.Is(cause, ownwatch.ErrKeyGone) {
-		t.Errorf("cause %v, want ErrKeyGone", cause)
+	if cause := ended(t, ctx, "deleted after the compaction"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 }
 

@@ -77,7 +77,7 @@ func (s *store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	err = s.gate.Do(r.Context(), t, func() error {
+	err = s.gate.Do(r.Context(), t, func(context.Context) error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.accepted = append(s.accepted, t)

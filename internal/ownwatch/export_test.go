@@ -1,0 +1,15 @@
+package ownwatch
+
+// Armed is closed once the watch is established on the server and the key
+// was seen alive at or after the watch's start revision, so that a deletion
+// from then on is seen within one watch round trip; or once the context is
+// done, whichever comes first.
+func (w *Watcher) Armed() <-chan struct{} { return w.armed }
+
+// Len returns the number of ownerships with something registered: zero once
+// every watch and tenure of the session has ended.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
+}
