@@ -100,11 +100,7 @@ func BenchmarkInterleavedLock(b *testing.B) {
 					run(1-n%2, n)
 				}
 				b.StopTimer()
-				pct := func(d []time.Duration, p float64) float64 {
-					d = slices.Clone(d)
-					slices.Sort(d)
-					return float64(d[min(len(d)-1, int(p*float64(len(d))))].Microseconds()) / 1000
-				}
+				pct := percentileMs
 				for i, side := range []string{"ours", "theirs"} {
 					b.ReportMetric(pct(total[i], 0.5), side+"-p50-ms")
 					b.ReportMetric(pct(total[i], 0.99), side+"-p99-ms")

@@ -183,6 +183,14 @@ func (c *counters) requests() int {
 	return n
 }
 
+// percentileMs is the p-th percentile of d (0 < p < 1), in milliseconds; d
+// is left as it was.
+func percentileMs(d []time.Duration, p float64) float64 {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return float64(d[min(len(d)-1, int(p*float64(len(d))))].Nanoseconds()) / 1e6
+}
+
 // latencies collects durations and reports their percentiles.
 type latencies struct {
 	mu sync.Mutex

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,11 +105,7 @@ func benchUpdate(b *testing.B, srv *pgtest.Server) {
 		run(1 - n%2)
 	}
 	b.StopTimer()
-	pct := func(d []time.Duration, p float64) float64 {
-		d = slices.Clone(d)
-		slices.Sort(d)
-		return float64(d[min(len(d)-1, int(p*float64(len(d))))].Nanoseconds()) / 1e6
-	}
+	pct := percentileMs
 	for i, side := range []string{"plain", "fenced"} {
 		b.ReportMetric(pct(took[i], 0.5), side+"-p50-ms")
 		b.ReportMetric(pct(took[i], 0.99), side+"-p99-ms")
