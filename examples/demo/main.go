@@ -53,17 +53,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
+	"github.com/leasehold/leasehold/examples/internal/program"
 	"github.com/leasehold/leasehold/fencing"
 )
 
@@ -84,68 +82,50 @@ func main() {
 	if name := os.Getenv(workerEnv); name != "" {
 		os.Exit(workerMain(name, os.Args[1:]))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	program.Main(run)
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.conn.Register(fs, "")
+	fs := program.Flags("demo", stderr, &c.conn, "",
+		"usage: demo [connection flags] [--ttl D] [--workers N] [--ledger-dsn postgres://...] [-v]",
+		"  without --endpoints (or ETCDCTL_ENDPOINTS) the demo runs on an embedded etcd")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the workers")
 	fs.IntVar(&c.workers, "workers", 3, "number of worker processes (at least 2)")
 	fs.StringVar(&c.ledgerDSN, "ledger-dsn", "", "PostgreSQL database for the ledger, as postgres://user@host:port/db (default: a SQLite file of the demo's own); the demo creates two tables and drops them at the end")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: demo [connection flags] [--ttl D] [--workers N] [--ledger-dsn postgres://...] [-v]")
-		fmt.Fprintln(stderr, "  without --endpoints (or ETCDCTL_ENDPOINTS) the demo runs on an embedded etcd")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	switch {
-	case fs.NArg() > 0:
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	case c.workers < 2:
-		return c, fmt.Errorf("--workers %d: need at least 2", c.workers)
-	case c.ttl < fencing.MinTTL:
-		return c, fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
-	case c.conn.Endpoints == "" && (c.conn.CACert != "" || c.conn.Cert != "" || c.conn.Key != "" || c.conn.User != ""):
-		return c, errors.New("TLS and user flags need --endpoints: the embedded etcd uses neither")
-	case c.conn.Endpoints == "":
-		return c, nil // embedded
-	}
-	return c, c.conn.Validate()
+	err := program.Parse(fs, args, func(args []string) error {
+		switch {
+		case len(args) > 0:
+			return fmt.Errorf("unexpected argument %q", args[0])
+		case c.workers < 2:
+			return fmt.Errorf("--workers %d: need at least 2", c.workers)
+		case c.ttl < fencing.MinTTL:
+			return fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
+		case c.conn.Endpoints == "" && (c.conn.CACert != "" || c.conn.Cert != "" || c.conn.Key != "" || c.conn.User != ""):
+			return errors.New("TLS and user flags need --endpoints: the embedded etcd uses neither")
+		case c.conn.Endpoints == "":
+			return nil // embedded
+		}
+		return c.conn.Validate()
+	})
+	return c, err
 }
 
 // run is the command: it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := parse(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "demo:", err)
-		return 2
+		return program.Exit("demo", stderr, err)
 	}
 	c.run = strconv.FormatInt(time.Now().UnixNano(), 36)
 	ok, err := runDemo(ctx, c, stdout, stderr)
 	switch {
-	case errors.Is(err, connect.ErrUsage):
-		fmt.Fprintln(stderr, "demo:", err)
-		return 2
-	case err != nil && ctx.Err() != nil:
-		fmt.Fprintln(stderr, "demo: interrupted")
-		return 1
-	case err != nil:
-		fmt.Fprintln(stderr, "demo:", err)
-		return 1
-	case !ok:
-		return 1
+	case err != nil && ctx.Err() != nil && !errors.Is(err, connect.ErrUsage):
+		err = errors.New("interrupted")
+	case err == nil && !ok:
+		return 1 // the verdict says why
 	}
-	return 0
+	return program.Exit("demo", stderr, err)
 }
 
 // prefix is where this run keeps its keys; the demo deletes it at the end.

@@ -25,17 +25,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
+	"github.com/leasehold/leasehold/examples/internal/program"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -43,11 +40,7 @@ import (
 
 const accounts = "accounts/"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { program.Main(run) }
 
 type config struct {
 	conn     connect.Config
@@ -59,66 +52,45 @@ type config struct {
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("guarded", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.conn.Register(fs, "127.0.0.1:2379")
+	fs := program.Flags("guarded", stderr, &c.conn, "127.0.0.1:2379",
+		"usage: guarded [connection flags] [--seed N] [--from A] [--to B] [--amount N] [--timeout D] [-v]")
 	fs.Int64Var(&c.seed, "seed", -1, "if not negative, first set both balances to this")
 	fs.StringVar(&c.from, "from", "alice", "account to debit")
 	fs.StringVar(&c.to, "to", "bob", "account to credit")
 	fs.Int64Var(&c.amount, "amount", 10, "amount to move")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long each step (lock wait, read, write) may take")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: guarded [connection flags] [--seed N] [--from A] [--to B] [--amount N] [--timeout D] [-v]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	switch {
-	case fs.NArg() > 0:
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	case c.from == "" || c.to == "" || c.from == c.to:
-		return c, fmt.Errorf("--from %q --to %q: want two different accounts", c.from, c.to)
-	case c.amount <= 0:
-		return c, fmt.Errorf("--amount %d: want a positive amount", c.amount)
-	case c.timeout <= 0:
-		return c, fmt.Errorf("--timeout %v: want a positive duration", c.timeout)
-	}
-	return c, c.conn.Validate()
+	err := program.Parse(fs, args, func(args []string) error {
+		switch {
+		case len(args) > 0:
+			return fmt.Errorf("unexpected argument %q", args[0])
+		case c.from == "" || c.to == "" || c.from == c.to:
+			return fmt.Errorf("--from %q --to %q: want two different accounts", c.from, c.to)
+		case c.amount <= 0:
+			return fmt.Errorf("--amount %d: want a positive amount", c.amount)
+		case c.timeout <= 0:
+			return fmt.Errorf("--timeout %v: want a positive duration", c.timeout)
+		}
+		return c.conn.Validate()
+	})
+	return c, err
 }
 
 // run is the command: it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := parse(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
+	cli, err := program.Connect(ctx, &c.conn, err)
 	if err != nil {
-		fmt.Fprintln(stderr, "guarded:", err)
-		return 2
-	}
-	log := c.conn.Logger(stderr)
-	cli, err := c.conn.Dial(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "guarded:", err)
-		if errors.Is(err, connect.ErrUsage) {
-			return 2
-		}
-		return 1
+		return program.Exit("guarded", stderr, err)
 	}
 	defer cli.Close()
-	b := &bank{cli: cli, timeout: c.timeout, log: log}
+	b := &bank{cli: cli, timeout: c.timeout, log: c.conn.Logger(stderr)}
 	if c.seed >= 0 {
 		err = b.seed(ctx, c.seed, c.from, c.to)
 	}
 	if err == nil {
 		err = b.move(ctx, c.from, c.to, c.amount, stdout)
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "guarded:", err)
-		return 1
-	}
-	return 0
+	return program.Exit("guarded", stderr, err)
 }
 
 // bank makes transfers on cli; every call to etcd is bounded by timeout.

@@ -46,22 +46,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
+	"github.com/leasehold/leasehold/examples/internal/program"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { program.Main(run) }
 
 type config struct {
 	conn                 connect.Config
@@ -80,9 +74,10 @@ The endpoints are the ones your services pass to clientv3 (etcdctl member list s
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.conn.Register(fs, "")
+	fs := program.Flags("inspect", stderr, &c.conn, "",
+		"usage: inspect [--endpoints E] [TLS flags] [--kind K] [-o table|json] [--watch] NAME | --prefix P",
+		"       inspect [--endpoints E] [TLS flags] [-o table|json] [--watch] --group G",
+		"       inspect --explain [--ttl D] [--margin D]")
 	fs.StringVar(&c.kind, "kind", "", `"lock" or "election"; unset: lock for NAME, both for --prefix`)
 	fs.StringVar(&c.prefix, "prefix", "", "show every queue whose name starts with this, instead of NAME")
 	fs.StringVar(&c.group, "group", "", "show this election.RunGroup group's replicas and names, instead of NAME")
@@ -93,54 +88,56 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.explain, "explain", false, "print the safety budget of --ttl and --margin, and exit")
 	fs.DurationVar(&c.ttl, "ttl", fencing.DefaultTTL, "lease TTL, for --explain")
 	fs.DurationVar(&c.margin, "margin", 0, "safety margin, for --explain; unset: the library's default")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: inspect [--endpoints E] [TLS flags] [--kind K] [-o table|json] [--watch] NAME | --prefix P")
-		fmt.Fprintln(stderr, "       inspect [--endpoints E] [TLS flags] [-o table|json] [--watch] --group G")
-		fmt.Fprintln(stderr, "       inspect --explain [--ttl D] [--margin D]")
-		fs.PrintDefaults()
-	}
-	names, err := parseInterspersed(fs, args)
-	if err != nil {
-		return c, err
-	}
+	err := program.Parse(fs, args, func(rest []string) error {
+		names, err := parseInterspersed(fs, rest)
+		if err != nil {
+			return err
+		}
+		return c.check(fs, names)
+	})
+	return c, err
+}
+
+// check validates the command line once parsed, and sets name and kind.
+func (c *config) check(fs *flag.FlagSet, names []string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case c.explain:
-		return c, nil
+		return nil
 	case len(names)+count(set["prefix"])+count(set["group"]) != 1:
 		fs.Usage()
-		return c, errors.New("give one NAME, --prefix or --group")
+		return errors.New("give one NAME, --prefix or --group")
 	case set["group"] && set["kind"]:
-		return c, errors.New("--kind does not go with --group: a group's names are elections")
+		return errors.New("--kind does not go with --group: a group's names are elections")
 	case c.output != "table" && c.output != "json":
-		return c, fmt.Errorf("-o %q: want table or json", c.output)
+		return fmt.Errorf("-o %q: want table or json", c.output)
 	case c.kind != "" && c.kind != string(fencing.KindLock) && c.kind != string(fencing.KindElection):
-		return c, fmt.Errorf("--kind %q: want lock or election", c.kind)
+		return fmt.Errorf("--kind %q: want lock or election", c.kind)
 	case c.conn.Endpoints == "":
-		return c, fmt.Errorf("no endpoints\n%s", howToConnect)
+		return fmt.Errorf("no endpoints\n%s", howToConnect)
 	}
 	if err := c.conn.Validate(); err != nil {
-		return c, err
+		return err
 	}
 	if _, err := inspect.SubtreePrefix(c.root, c.prefix); err != nil {
-		return c, fmt.Errorf("--root %q, --prefix %q: %w", c.root, c.prefix, err)
+		return fmt.Errorf("--root %q, --prefix %q: %w", c.root, c.prefix, err)
 	}
 	if set["group"] {
 		if err := fencing.ValidateName(c.group); err != nil {
-			return c, fmt.Errorf("--group %q: %w", c.group, err)
+			return fmt.Errorf("--group %q: %w", c.group, err)
 		}
 	}
 	if len(names) == 1 {
 		c.name = names[0]
 		if err := fencing.ValidateName(c.name); err != nil {
-			return c, err
+			return err
 		}
 		if c.kind == "" {
 			c.kind = string(fencing.KindLock)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // count is 1 for true, 0 for false.
@@ -170,23 +167,15 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // read etcd, 2 for a bad command line.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := parse(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "inspect:", err)
-		return 2
+		return program.Exit("inspect", stderr, err)
 	}
 	if c.explain {
 		return explain(c, stdout, stderr)
 	}
 	cli, err := c.conn.Dial(ctx)
 	if err != nil {
-		fmt.Fprintln(stderr, "inspect:", err)
-		if errors.Is(err, connect.ErrUsage) {
-			return 2
-		}
-		return 1
+		return program.Exit("inspect", stderr, err)
 	}
 	defer cli.Close()
 	s := newScreen(stdout, c.output, c.conn.Logger(stderr))

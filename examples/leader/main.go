@@ -34,31 +34,23 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
+	"github.com/leasehold/leasehold/examples/internal/program"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stderr))
-}
+func main() { program.Main(run) }
 
 type config struct {
 	conn   connect.Config
@@ -69,54 +61,37 @@ type config struct {
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("leader", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.conn.Register(fs, "127.0.0.1:2379")
+	fs := program.Flags("leader", stderr, &c.conn, "127.0.0.1:2379",
+		"usage: leader [connection flags] [--listen ADDR] [--name NAME] [--ttl D] [-v]")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8081", "address to serve HTTP on (port 0: any free port); the address served on is this replica's campaign value")
 	fs.StringVar(&c.name, "name", "leader-example", "election name")
 	fs.DurationVar(&c.ttl, "ttl", fencing.DefaultTTL, "lease TTL: how long a vanished leader blocks the others")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leader [connection flags] [--listen ADDR] [--name NAME] [--ttl D] [-v]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	switch {
-	case fs.NArg() > 0:
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	case c.ttl < fencing.MinTTL:
-		return c, fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
-	}
-	if err := fencing.ValidateName(c.name); err != nil {
-		return c, fmt.Errorf("--name: %w", err)
-	}
-	return c, c.conn.Validate()
+	err := program.Parse(fs, args, func(args []string) error {
+		switch {
+		case len(args) > 0:
+			return fmt.Errorf("unexpected argument %q", args[0])
+		case c.ttl < fencing.MinTTL:
+			return fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
+		}
+		if err := fencing.ValidateName(c.name); err != nil {
+			return fmt.Errorf("--name: %w", err)
+		}
+		return c.conn.Validate()
+	})
+	return c, err
 }
 
 // run is the command: it serves until ctx ends and returns the exit status.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, _, stderr io.Writer) int {
 	c, err := parse(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
+	cli, err := program.Connect(ctx, &c.conn, err)
 	if err != nil {
-		fmt.Fprintln(stderr, "leader:", err)
-		return 2
-	}
-	cli, err := c.conn.Dial(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "leader:", err)
-		if errors.Is(err, connect.ErrUsage) {
-			return 2
-		}
-		return 1
+		return program.Exit("leader", stderr, err)
 	}
 	defer cli.Close()
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		fmt.Fprintln(stderr, "leader:", err)
-		return 1
+		return program.Exit("leader", stderr, err)
 	}
 	serve(ctx, cli, ln, c, c.conn.Logger(stderr))
 	return 0

@@ -231,7 +231,7 @@ func TestProgramFailsClearly(t *testing.T) {
 		t.Fatalf("--help: exit %d\n%s", code, stderr)
 	}
 	for _, args := range [][]string{{"--ttl", "1s"}, {"--name", ""}, {"--cert", "c.pem"}, {"--nonsense"}, {"extra"}} {
-		if code := run(t.Context(), args, io.Discard); code != 2 {
+		if code := run(t.Context(), args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("leader %q: exit %d; want 2", args, code)
 		}
 	}

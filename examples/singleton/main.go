@@ -73,13 +73,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/examples/internal/connect"
+	"github.com/leasehold/leasehold/examples/internal/program"
 	"github.com/leasehold/leasehold/fencing"
 )
 
@@ -87,9 +86,7 @@ func main() {
 	if os.Getenv(keeperEnv) != "" {
 		os.Exit(keeperMain(os.Args[1:]))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stderr))
+	program.Main(run)
 }
 
 type config struct {
@@ -107,48 +104,47 @@ const usage = `usage: singleton --name NAME [--ttl D] [--grace D] [connection fl
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("singleton", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.conn.Register(fs, "127.0.0.1:2379")
+	fs := program.Flags("singleton", stderr, &c.conn, "127.0.0.1:2379", usage)
 	fs.StringVar(&c.name, "name", "", "election name (required, unless --group)")
 	fs.StringVar(&c.group, "group", "", "run one command per name of --names, each on one replica of the group, balanced")
 	names := fs.String("names", "", "with --group: the names, comma-separated")
 	fs.DurationVar(&c.ttl, "ttl", 20*time.Second, "lease TTL: how long a crashed replica blocks the others")
 	fs.DurationVar(&c.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the term ends")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	c.argv = fs.Args()
-	if *names != "" {
-		c.names = strings.Split(*names, ",")
-	}
+	err := program.Parse(fs, args, func(argv []string) error {
+		c.argv = argv
+		if *names != "" {
+			c.names = strings.Split(*names, ",")
+		}
+		return c.check()
+	})
+	return c, err
+}
+
+// check validates the command line once parsed.
+func (c *config) check() error {
 	switch {
 	case c.name == "" && c.group == "":
-		return c, errors.New("--name (or --group) is required")
+		return errors.New("--name (or --group) is required")
 	case c.name != "" && c.group != "":
-		return c, errors.New("give --name or --group, not both")
+		return errors.New("give --name or --group, not both")
 	case c.group != "" && len(c.names) == 0:
-		return c, errors.New("--group needs --names")
+		return errors.New("--group needs --names")
 	case c.group == "" && len(c.names) > 0:
-		return c, errors.New("--names needs --group")
+		return errors.New("--names needs --group")
 	case len(c.argv) == 0:
-		return c, errors.New("no command: give it after --")
+		return errors.New("no command: give it after --")
 	case c.ttl < fencing.MinTTL:
-		return c, fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
+		return fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
 	case c.grace <= 0:
-		return c, fmt.Errorf("--grace %v: want a positive duration", c.grace)
+		return fmt.Errorf("--grace %v: want a positive duration", c.grace)
 	}
 	if _, err := c.margin(); err != nil {
-		return c, err
+		return err
 	}
 	if err := c.validateNames(); err != nil {
-		return c, err
+		return err
 	}
-	return c, c.conn.Validate()
+	return c.conn.Validate()
 }
 
 // validateNames checks --name, or --group and each of --names.
@@ -201,14 +197,13 @@ func (c config) margin() (time.Duration, error) {
 }
 
 // run is the whole program; it returns the exit status.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, _, stderr io.Writer) int {
 	c, err := parse(args, stderr)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case err != nil:
-		fmt.Fprintf(stderr, "singleton: %v\n%s\n", err, usage)
-		return 2
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		err = fmt.Errorf("%w\n%s", err, usage)
+	}
+	if err != nil {
+		return program.Exit("singleton", stderr, err)
 	}
 	log := c.conn.Logger(stderr)
 	if c.group == "" {
@@ -216,14 +211,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	cli, err := c.conn.Dial(ctx)
 	if err != nil {
-		fmt.Fprintln(stderr, "singleton:", err)
-		return 1
+		return program.Exit("singleton", stderr, err)
 	}
 	defer cli.Close()
 	r, err := newRunner(cli, c, log)
 	if err != nil {
-		fmt.Fprintln(stderr, "singleton:", err)
-		return 1
+		return program.Exit("singleton", stderr, err)
 	}
 	margin, _ := c.margin()
 	log.Info("campaigning", "ttl", c.ttl, "grace", c.grace, "margin", margin)
