@@ -51,7 +51,7 @@ func TestCallsKeepTheirDeadline(t *testing.T) {
 		_, err := m.Lock(lctx)
 		waiting <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the waiter's key", func() bool { return len(lockKeys(t, c, "deadline")) == 2 })
+	etcdtest.WaitFor(t, wait, "the waiter's key", func() bool { return len(fencingtest.LockKeys(t, c, "deadline")) == 2 })
 	link.Blackhole()
 	deadline, _ := lctx.Deadline()
 	err := fencingtest.ReturnsBy(t, time.Until(deadline)+overrun, "Lock with a 3 s ctx", func() error { return <-waiting })
@@ -71,7 +71,7 @@ func TestCallsKeepTheirDeadline(t *testing.T) {
 	// An enqueue whose reply was lost may be applied after the first delete:
 	// its key goes with the second, one TTL later.
 	etcdtest.WaitFor(t, ttl+wait, "no key left by the failed calls", func() bool {
-		return len(lockKeys(t, c, "deadline")) == 0 && len(lockKeys(t, c, "deadline-free")) == 0
+		return len(fencingtest.LockKeys(t, c, "deadline")) == 0 && len(fencingtest.LockKeys(t, c, "deadline-free")) == 0
 	})
 }
 

@@ -50,8 +50,8 @@ func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
 		}
 		got <- h
 	}()
-	etcdtest.WaitFor(t, wait, "the lost enqueue to be applied", func() bool { return len(lockKeys(t, c, "lost-reply")) == 2 })
-	keys := lockKeys(t, c, "lost-reply")
+	etcdtest.WaitFor(t, wait, "the lost enqueue to be applied", func() bool { return len(fencingtest.LockKeys(t, c, "lost-reply")) == 2 })
+	keys := fencingtest.LockKeys(t, c, "lost-reply")
 	if len(keys) != 2 {
 		t.Fatalf("keys %q; want the owner's and the lost enqueue's", keys)
 	}
@@ -68,7 +68,7 @@ func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
 		}
 		laterDone <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the later waiter to queue", func() bool { return len(lockKeys(t, c, "lost-reply")) == 3 })
+	etcdtest.WaitFor(t, wait, "the later waiter to queue", func() bool { return len(fencingtest.LockKeys(t, c, "lost-reply")) == 3 })
 	if err := owner.Unlock(etcdtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
 	if err := <-laterDone; err != nil {
 		t.Fatalf("later waiter: %v", err)
 	}
-	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(lockKeys(t, c, "lost-reply")) == 0 })
+	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(fencingtest.LockKeys(t, c, "lost-reply")) == 0 })
 }
 
 // A TryLock whose write was applied but whose reply was lost finds its own
@@ -99,7 +99,7 @@ func TestTryLockAcrossLostAndRefusedReplies(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryLock across fault %d: %v", f, err)
 		}
-		if keys := lockKeys(t, c, "try-lost"); len(keys) != 1 || keys[0] != h.Key() {
+		if keys := fencingtest.LockKeys(t, c, "try-lost"); len(keys) != 1 || keys[0] != h.Key() {
 			t.Fatalf("keys %q; want only the hold's %s", keys, h.Key())
 		}
 		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
@@ -120,7 +120,7 @@ func TestUnlockRetriesPassingFailures(t *testing.T) {
 		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
 			t.Fatalf("Unlock across fault %d: %v", f, err)
 		}
-		if keys := lockKeys(t, c, "unlock-retry"); len(keys) != 0 {
+		if keys := fencingtest.LockKeys(t, c, "unlock-retry"); len(keys) != 0 {
 			t.Fatalf("keys left: %q", keys)
 		}
 	}
@@ -141,14 +141,14 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 		_, err := newMutex(t, s, "late").Lock(ctx)
 		done <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the retried enqueue to queue", func() bool { return len(lockKeys(t, c, "late")) == 2 })
+	etcdtest.WaitFor(t, wait, "the retried enqueue to queue", func() bool { return len(fencingtest.LockKeys(t, c, "late")) == 2 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v", err)
 	}
-	etcdtest.WaitFor(t, wait, "the cancelled Lock's key to go", func() bool { return len(lockKeys(t, c, "late")) == 1 })
+	etcdtest.WaitFor(t, wait, "the cancelled Lock's key to go", func() bool { return len(fencingtest.LockKeys(t, c, "late")) == 1 })
 	r.Release() // the first enqueue arrives now, and writes the key again
-	etcdtest.WaitFor(t, wait, "the late key to be swept", func() bool { return len(lockKeys(t, c, "late")) == 1 })
+	etcdtest.WaitFor(t, wait, "the late key to be swept", func() bool { return len(fencingtest.LockKeys(t, c, "late")) == 1 })
 	if err := owner.Unlock(etcdtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 	if err := next.Unlock(etcdtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	if keys := lockKeys(t, c, "late"); len(keys) != 0 {
+	if keys := fencingtest.LockKeys(t, c, "late"); len(keys) != 0 {
 		t.Fatalf("keys left: %q", keys)
 	}
 }
@@ -181,7 +181,7 @@ func TestSlowLinkIsNotCutShort(t *testing.T) {
 		}
 	}
 	link.Restore()
-	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(lockKeys(t, c, "slow-link")) == 0 })
+	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(fencingtest.LockKeys(t, c, "slow-link")) == 0 })
 }
 
 // "raft: stopped", from a member shutting down, may come after the proposal
@@ -218,5 +218,5 @@ func TestStoppedEnqueueLeavesNoKey(t *testing.T) {
 	if err := owner.Unlock(etcdtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	etcdtest.WaitFor(t, wait, "the failed Lock's key to go", func() bool { return len(lockKeys(t, c, "stopped")) == 0 })
+	etcdtest.WaitFor(t, wait, "the failed Lock's key to go", func() bool { return len(fencingtest.LockKeys(t, c, "stopped")) == 0 })
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/fencingtest"
-	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -26,12 +25,6 @@ func lock(t testing.TB, m *fencing.Mutex) *fencing.Hold {
 		t.Fatalf("Lock: %v", err)
 	}
 	return h
-}
-
-// lockKeys lists the keys queued under a lock name.
-func lockKeys(t testing.TB, c *etcdtest.Cluster, name string) []string {
-	t.Helper()
-	return c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "lock", name))
 }
 
 // exampleClient is a client of the embedded etcd the examples share.

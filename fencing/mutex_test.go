@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 func TestLockUnlockUncontendedSendsTwoRequests(t *testing.T) {
@@ -51,7 +52,7 @@ func TestTryLockHeldSendsOneRequestAndLeavesNoKey(t *testing.T) {
 	if got := ctr.Requests("Txn"); got != 1 || ctr.Requests("") > 1+ctr.Requests("LeaseKeepAlive") {
 		t.Fatalf("TryLock sent %v; want one Txn", &ctr)
 	}
-	if keys := lockKeys(t, c, "try"); !slices.Equal(keys, []string{holder.Key()}) {
+	if keys := fencingtest.LockKeys(t, c, "try"); !slices.Equal(keys, []string{holder.Key()}) {
 		t.Fatalf("keys after failed TryLock = %q; want only the holder's", keys)
 	}
 	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
@@ -117,7 +118,7 @@ func TestTokensIncreaseUnderContention(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if keys := lockKeys(t, c, "contended"); len(keys) != 0 {
+	if keys := fencingtest.LockKeys(t, c, "contended"); len(keys) != 0 {
 		t.Fatalf("keys left behind: %q", keys)
 	}
 }
@@ -137,7 +138,7 @@ func TestNamesAreIsolated(t *testing.T) {
 		holds[name] = h
 	}
 	for _, name := range names {
-		if keys := lockKeys(t, c, name); !slices.Equal(keys, []string{holds[name].Key()}) {
+		if keys := fencingtest.LockKeys(t, c, name); !slices.Equal(keys, []string{holds[name].Key()}) {
 			t.Errorf("queue of %q = %q; want only its own hold", name, keys)
 		}
 		if got := holds[name].Token().Name; got != name {
@@ -187,7 +188,7 @@ func TestTwoLocksOnOneSession(t *testing.T) {
 		}
 		got <- h
 	}()
-	etcdtest.WaitFor(t, wait, "the second Lock to queue", func() bool { return len(lockKeys(t, c, "shared-session")) == 2 })
+	etcdtest.WaitFor(t, wait, "the second Lock to queue", func() bool { return len(fencingtest.LockKeys(t, c, "shared-session")) == 2 })
 	select {
 	case <-got:
 		t.Fatal("second Lock on one session returned while the first held")
@@ -221,7 +222,7 @@ func TestUnlockAfterKeyDeletedIsNotHeld(t *testing.T) {
 // when the waiter's key is queued.
 func waiter(t *testing.T, c *etcdtest.Cluster, m *fencing.Mutex, ctx context.Context) <-chan error {
 	t.Helper()
-	before := len(lockKeys(t, c, m.Name()))
+	before := len(fencingtest.LockKeys(t, c, m.Name()))
 	errc := make(chan error, 1)
 	go func() {
 		h, err := m.Lock(ctx)
@@ -230,7 +231,7 @@ func waiter(t *testing.T, c *etcdtest.Cluster, m *fencing.Mutex, ctx context.Con
 		}
 		errc <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(lockKeys(t, c, m.Name())) > before })
+	etcdtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(fencingtest.LockKeys(t, c, m.Name())) > before })
 	return errc
 }
 
@@ -244,7 +245,7 @@ func TestCancelledLockLeavesNoKey(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v; want context.Canceled", err)
 	}
-	if keys := lockKeys(t, c, "cancel"); !slices.Equal(keys, []string{holder.Key()}) {
+	if keys := fencingtest.LockKeys(t, c, "cancel"); !slices.Equal(keys, []string{holder.Key()}) {
 		t.Fatalf("keys after cancelled Lock = %q; want only the holder's", keys)
 	}
 }
@@ -259,7 +260,7 @@ func TestLockFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
 	if err := <-errc; !errors.Is(err, fencing.ErrSessionExpired) || !errors.Is(err, fencing.ErrLeaseExpired) {
 		t.Fatalf("Lock with revoked lease: %v; want ErrSessionExpired wrapping ErrLeaseExpired", err)
 	}
-	if keys := lockKeys(t, c, "revoke"); !slices.Equal(keys, []string{holder.Key()}) {
+	if keys := fencingtest.LockKeys(t, c, "revoke"); !slices.Equal(keys, []string{holder.Key()}) {
 		t.Fatalf("keys = %q; want only the holder's", keys)
 	}
 }
@@ -270,7 +271,7 @@ func TestLockFailsWhenKeyDeletedWhileWaiting(t *testing.T) {
 	c := etcdtest.Single(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "opdelete"))
 	errc := waiter(t, c, newMutex(t, newSession(t, c.Client(t)), "opdelete"), etcdtest.Context(t, wait))
-	for _, k := range lockKeys(t, c, "opdelete") {
+	for _, k := range fencingtest.LockKeys(t, c, "opdelete") {
 		if k != holder.Key() {
 			c.Delete(t, k)
 		}
@@ -369,7 +370,7 @@ func TestLockWithDoneContextOrClosedClient(t *testing.T) {
 	if _, err := closed.TryLock(etcdtest.Context(t, wait)); err == nil {
 		t.Error("TryLock on a closed client succeeded")
 	}
-	if keys := lockKeys(t, c, "refused"); len(keys) != 0 {
+	if keys := fencingtest.LockKeys(t, c, "refused"); len(keys) != 0 {
 		t.Fatalf("keys left behind: %q", keys)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // A session reuses the key of a finished Lock for its next Lock on the same
@@ -51,7 +52,7 @@ func TestSessionReusesFinishedKeys(t *testing.T) {
 		}
 		res <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the second Lock's key", func() bool { return len(lockKeys(t, c, "reuse")) == 2 })
+	etcdtest.WaitFor(t, wait, "the second Lock's key", func() bool { return len(fencingtest.LockKeys(t, c, "reuse")) == 2 })
 	if err := a.Unlock(etcdtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestWaiterNotFooledByPredecessorsNewLife(t *testing.T) {
 		}
 		won <- err
 	}()
-	etcdtest.WaitFor(t, wait, "B's enqueue applied", func() bool { return len(lockKeys(t, c, "reuse-gap")) == 2 })
+	etcdtest.WaitFor(t, wait, "B's enqueue applied", func() bool { return len(fencingtest.LockKeys(t, c, "reuse-gap")) == 2 })
 	if err := held.Unlock(etcdtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}

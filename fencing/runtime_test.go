@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -155,7 +156,7 @@ func TestLockFailsWhenDeletedWaiterTurnComes(t *testing.T) {
 	}()
 	var waiter string
 	etcdtest.WaitFor(t, wait, "the waiter's key", func() bool {
-		keys := lockKeys(t, c, "deleted-waiter")
+		keys := fencingtest.LockKeys(t, c, "deleted-waiter")
 		if len(keys) == 2 {
 			waiter = keys[1]
 		}

@@ -24,7 +24,7 @@ func TestKeyDeletedCancelsAndFencesWrites(t *testing.T) {
 		t.Fatalf("guarded Put while owner: %v", err)
 	}
 	c.Delete(t, h.Key())
-	if cause := cancelled(t, ctx); !errors.Is(cause, fencing.ErrKeyDeleted) || errors.Is(cause, fencing.ErrLeaseExpired) {
+	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrKeyDeleted) || errors.Is(cause, fencing.ErrLeaseExpired) {
 		t.Fatalf("cause = %v; want fencing.ErrKeyDeleted alone", cause)
 	}
 	if _, err := guard.Put(etcdtest.Context(t, wait), h, "data", "2"); !errors.Is(err, guard.ErrNotOwner) {
@@ -42,7 +42,7 @@ func TestLeaseRevokedCancelsWithItsCause(t *testing.T) {
 	h := lock(t, s, "revoked")
 	ctx := watch(t, h)
 	c.Revoke(t, s.Lease())
-	if cause := cancelled(t, ctx); !errors.Is(cause, fencing.ErrLeaseExpired) {
+	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrLeaseExpired) {
 		t.Fatalf("cause = %v; want ErrLeaseExpired", cause)
 	}
 	if _, err := guard.Txn(etcdtest.Context(t, wait), h).Then(clientv3.OpPut("data", "x")).Commit(); !errors.Is(err, guard.ErrNotOwner) {
@@ -55,7 +55,7 @@ func TestSessionCloseCancels(t *testing.T) {
 	s := newSession(t, c.Client(t))
 	ctx := watch(t, lock(t, s, "closed"))
 	s.Close(etcdtest.Context(t, wait))
-	if cause := cancelled(t, ctx); !errors.Is(cause, fencing.ErrSessionClosed) {
+	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrSessionClosed) {
 		t.Fatalf("cause = %v; want ErrSessionClosed", cause)
 	}
 }
@@ -69,7 +69,7 @@ func TestParentCauseWins(t *testing.T) {
 	mine := errors.New("shutting down")
 	stop(mine)
 	c.Delete(t, h.Key())
-	if cause := cancelled(t, ctx); cause != mine {
+	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); cause != mine {
 		t.Fatalf("cause = %v; want the parent's", cause)
 	}
 }
@@ -145,7 +145,7 @@ func TestHoldContextEndsOnUnlock(t *testing.T) {
 	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	if cause := cancelled(t, ctx); !errors.Is(cause, fencing.ErrNotHeld) {
+	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrNotHeld) {
 		t.Fatalf("cause = %v; want ErrNotHeld", cause)
 	}
 	if cause := context.Cause(h.Context()); !errors.Is(cause, fencing.ErrNotHeld) {
@@ -168,7 +168,7 @@ func TestCompactionAndReconnectKeepValidHold(t *testing.T) {
 		t.Fatalf("valid hold's context ended: %v", err)
 	}
 	c.Delete(t, h.Key())
-	if cause := cancelled(t, ctx); !errors.Is(cause, fencing.ErrKeyDeleted) {
+	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrKeyDeleted) {
 		t.Fatalf("cause = %v; want fencing.ErrKeyDeleted", cause)
 	}
 }

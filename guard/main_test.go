@@ -83,18 +83,6 @@ func watch(t testing.TB, o guard.Owner) context.Context {
 	return ctx
 }
 
-// cancelled waits for ctx to end and returns its cause.
-func cancelled(t testing.TB, ctx context.Context) error {
-	t.Helper()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-time.After(wait):
-		t.Fatal("watched context not cancelled")
-		return nil
-	}
-}
-
 func get(t testing.TB, c *etcdtest.Cluster, key string) string {
 	t.Helper()
 	resp, err := c.Admin.Get(etcdtest.Context(t, wait), key)

@@ -33,7 +33,7 @@ func queueOfThree(t *testing.T, c *etcdtest.Cluster, name string) []*fencing.Ses
 			newMutex(t, s, name).Lock(ctx)
 		}()
 		t.Cleanup(func() { cancel(); <-done })
-		etcdtest.WaitFor(t, wait, id+" to queue", func() bool { return len(lockKeys(t, c, name)) == i+1 })
+		etcdtest.WaitFor(t, wait, id+" to queue", func() bool { return len(fencingtest.LockKeys(t, c, name)) == i+1 })
 	}
 	return ss
 }
@@ -103,7 +103,7 @@ func TestReadPrefixGroupsAndRoundTrips(t *testing.T) {
 	}
 	fencingtest.Lock(t, s, "jobs")
 	etcdtest.WaitFor(t, wait, "three keys under jobs/", func() bool {
-		return len(lockKeys(t, c, "jobs/a"))+len(lockKeys(t, c, "jobs/b")) == 3
+		return len(fencingtest.LockKeys(t, c, "jobs/a"))+len(fencingtest.LockKeys(t, c, "jobs/b")) == 3
 	})
 	qs, err := inspect.ReadPrefix(etcdtest.Context(t, wait), c.Admin, root, "", "jobs/")
 	if err != nil {

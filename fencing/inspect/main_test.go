@@ -32,11 +32,5 @@ func lockPrefix(t testing.TB, name string) string {
 	return p
 }
 
-// lockKeys lists the keys queued under a lock name.
-func lockKeys(t testing.TB, c *etcdtest.Cluster, name string) []string {
-	t.Helper()
-	return c.Keys(t, lockPrefix(t, name))
-}
-
 // exampleClient is a client of the embedded etcd the examples share.
 func exampleClient() *clientv3.Client { return etcdtest.Shared().Admin }

@@ -287,7 +287,7 @@ func testElection(t *testing.T, srv *server) {
 		for range obs { // the channel closes promptly once octx is done
 		}
 	}()
-	if o := next(t, ctx, obs); o.Err != nil || o.Leader != nil {
+	if o := fencingtest.Next(t, obs); o.Err != nil || o.Leader != nil {
 		t.Fatalf("first observation: %+v; want nobody leading", o)
 	}
 
@@ -586,18 +586,10 @@ func (s *server) clientAs(t *testing.T, user, password string) *clientv3.Client 
 // --- helpers ---
 
 var (
-	session = fencingtest.Session
-	mutex   = fencingtest.Mutex
+	session     = fencingtest.Session
+	mutex       = fencingtest.Mutex
+	newElection = fencingtest.Election
 )
-
-func newElection(t *testing.T, s *fencing.Session, name string) *election.Election {
-	t.Helper()
-	e, err := election.New(s, name)
-	if err != nil {
-		t.Fatalf("election.New(%q): %v", name, err)
-	}
-	return e
-}
 
 // subtree is the key range of every name under namePrefix.
 func subtree(t *testing.T, namePrefix string) string {
@@ -669,28 +661,13 @@ func dataKey(t *testing.T, cli *clientv3.Client, name string) string {
 	return key
 }
 
-// next receives one observation, failing t if none comes by ctx's deadline.
-func next(t *testing.T, ctx context.Context, obs <-chan election.Observation) election.Observation {
-	t.Helper()
-	select {
-	case o, ok := <-obs:
-		if !ok {
-			t.Fatal("Observe's channel closed")
-		}
-		return o
-	case <-ctx.Done():
-		t.Fatalf("no observation: %v", ctx.Err())
-	}
-	return election.Observation{}
-}
-
 // observe receives observations until one satisfies want. An error
 // observation fails t: on a healthy server nothing should keep Observe from
 // reading.
 func observe(t *testing.T, ctx context.Context, obs <-chan election.Observation, what string, want func(*election.Leader) bool) {
 	t.Helper()
 	for {
-		o := next(t, ctx, obs)
+		o := fencingtest.Next(t, obs)
 		if o.Err != nil {
 			t.Fatalf("waiting for %s, Observe sent an error: %v", what, o.Err)
 		}

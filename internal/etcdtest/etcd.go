@@ -352,6 +352,19 @@ func WaitFor(t testing.TB, deadline time.Duration, what string, cond func() bool
 	}
 }
 
+// Ended waits up to deadline for ctx to end and returns its cause, failing
+// t if it has not ended by then.
+func Ended(t testing.TB, ctx context.Context, deadline time.Duration, what string) error {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(deadline):
+		t.Fatalf("etcdtest: %s: the context had not ended after %v", what, deadline)
+		return nil
+	}
+}
+
 // FreeAddr returns a free port of 127.0.0.1, for a server a test starts.
 func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -96,9 +96,10 @@ type Proc struct {
 	done  chan struct{} // closed when the process has exited and been reaped
 }
 
-// StartHelper runs the helper registered under name in a subprocess (the
-// test binary itself, re-executed), with args. t.Cleanup kills it.
-func StartHelper(t testing.TB, name string, args ...string) *Proc {
+// HelperCommand returns the command that runs the helper registered under
+// name in a subprocess: the test binary itself, re-executed with args. It
+// dies with the test binary (on Linux); its output is the caller's to set.
+func HelperCommand(t testing.TB, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -106,8 +107,17 @@ func StartHelper(t testing.TB, name string, args ...string) *Proc {
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), helperEnv+"="+name)
-	cmd.Stderr = os.Stderr
 	SetDeathSignal(cmd)
+	return cmd
+}
+
+// StartHelper runs the helper registered under name in a subprocess (see
+// HelperCommand), with args, its stdout read by Expect and Lines and its
+// stderr the test's. t.Cleanup kills it.
+func StartHelper(t testing.TB, name string, args ...string) *Proc {
+	t.Helper()
+	cmd := HelperCommand(t, name, args...)
+	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatalf("etcdtest: helper: %v", err)

@@ -8,5 +8,8 @@ import (
 // SetDeathSignal makes cmd die with the test binary, if that dies without
 // its cleanup (a timeout, a kill).
 func SetDeathSignal(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -54,6 +55,38 @@ func Lock(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
 		t.Fatalf("Lock(%q): %v", name, err)
 	}
 	return h
+}
+
+// LockKeys lists the keys queued under the lock name (default root).
+func LockKeys(t testing.TB, c *etcdtest.Cluster, name string) []string {
+	t.Helper()
+	return c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), name))
+}
+
+// Election returns the election name on s.
+func Election(t testing.TB, s *fencing.Session, name string) *election.Election {
+	t.Helper()
+	e, err := election.New(s, name)
+	if err != nil {
+		t.Fatalf("election.New(%q): %v", name, err)
+	}
+	return e
+}
+
+// Next receives the next observation from obs, failing t if none comes
+// within Wait or obs closes.
+func Next(t testing.TB, obs <-chan election.Observation) election.Observation {
+	t.Helper()
+	select {
+	case o, ok := <-obs:
+		if !ok {
+			t.Fatal("Observe's channel closed early")
+		}
+		return o
+	case <-time.After(Wait):
+		t.Fatalf("no observation within %v", Wait)
+	}
+	return election.Observation{}
 }
 
 // Recorder is a fencing.Observer that keeps every event, for tests.

@@ -43,18 +43,6 @@ func own(t *testing.T, cli *clientv3.Client, reg *ownwatch.Registry, key string)
 	}
 }
 
-// ended waits for ctx to end and returns its cause.
-func ended(t *testing.T, ctx context.Context, what string) error {
-	t.Helper()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-time.After(wait):
-		t.Fatalf("%s: the watched context never ended", what)
-		return nil
-	}
-}
-
 // Once Watch returns (armed), a deletion is seen, and the cause says so.
 func TestArmedWatchSeesDeletion(t *testing.T) {
 	c := etcdtest.Single(t)
@@ -65,7 +53,7 @@ func TestArmedWatchSeesDeletion(t *testing.T) {
 		t.Fatalf("armed watch of a live key already ended: %v", context.Cause(ctx))
 	}
 	c.Delete(t, o.Key)
-	if cause := ended(t, ctx, "deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) || errors.Is(cause, errExpired) {
+	if cause := etcdtest.Ended(t, ctx, wait, "deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) || errors.Is(cause, errExpired) {
 		t.Errorf("cause %v, want ErrKeyDeleted alone", cause)
 	}
 }
@@ -78,7 +66,7 @@ func TestStartFindsDeletionBeforeArming(t *testing.T) {
 	c.Delete(t, o.Key)
 	w := ownwatch.Start(context.Background(), o.Owner)
 	defer w.Stop(context.Canceled)
-	if cause := ended(t, w.Context(), "deleted before Start"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+	if cause := etcdtest.Ended(t, w.Context(), wait, "deleted before Start"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
 		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 	<-w.Armed()
@@ -119,7 +107,7 @@ func TestCauseOfEachLoss(t *testing.T) {
 			defer cancelParent(nil)
 			ctx, cancel := ownwatch.Watch(parent, o.Owner)
 			tc.lose(o, cancelParent, reg)
-			cause := ended(t, ctx, tc.name)
+			cause := etcdtest.Ended(t, ctx, wait, tc.name)
 			for _, want := range tc.want {
 				if !errors.Is(cause, want) {
 					t.Errorf("cause %v, want it to wrap %v", cause, want)
@@ -149,7 +137,7 @@ func TestBrokenStreamIsResumed(t *testing.T) {
 		t.Fatalf("a restart ended the watch: %v", context.Cause(ctx))
 	}
 	c.Delete(t, o.Key)
-	if cause := ended(t, ctx, "deleted after the restart"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+	if cause := etcdtest.Ended(t, ctx, wait, "deleted after the restart"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
 		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 }
@@ -170,7 +158,7 @@ func TestCompactedWatchIsRearmed(t *testing.T) {
 		t.Fatalf("compaction ended the watch: %v", context.Cause(ctx))
 	}
 	c.Delete(t, o.Key)
-	if cause := ended(t, ctx, "deleted after the compaction"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+	if cause := etcdtest.Ended(t, ctx, wait, "deleted after the compaction"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
 		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 }

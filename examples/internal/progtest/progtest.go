@@ -6,7 +6,6 @@ package progtest
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -16,17 +15,17 @@ import (
 	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
-// mainEnv makes a re-executed test binary run the program's main.
-const mainEnv = "LEASEHOLD_PROGTEST_MAIN"
+// mainHelper is the etcdtest helper that runs the program's main.
+const mainHelper = "progtest-main"
 
 // Main is the whole TestMain of a program's tests: in a process started by
 // Start it runs main (which exits on its own), otherwise the tests, with
 // etcdtest's leak check.
 func Main(m *testing.M, main func()) {
-	if os.Getenv(mainEnv) != "" {
-		main()
-		os.Exit(0)
-	}
+	etcdtest.RegisterHelper(mainHelper, func([]string) int {
+		main() // it reads os.Args itself
+		return 0
+	})
 	etcdtest.Main(m)
 }
 
@@ -42,14 +41,13 @@ type Prog struct {
 // added to the test's environment. t.Cleanup kills it if it still runs.
 func Start(t testing.TB, env []string, args ...string) *Prog {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Prog{cmd: exec.Command(exe, args...), done: make(chan struct{})}
-	p.cmd.Env = append(append(os.Environ(), mainEnv+"=1"), env...)
+	p := &Prog{cmd: etcdtest.HelperCommand(t, mainHelper, args...), done: make(chan struct{})}
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if p.cmd.SysProcAttr == nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	p.cmd.SysProcAttr.Setpgid = true
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("progtest: start: %v", err)
 	}
