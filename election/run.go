@@ -70,13 +70,25 @@ func WithBackoff(min, max time.Duration) RunOption {
 	return func(c *runConfig) { c.backoffMin, c.backoffMax = min, max }
 }
 
-// OnSuccess sets what Run does when work returns nil while still leading.
-// Unset: Return (the work is done).
-func OnSuccess(p Policy) RunOption { return func(c *runConfig) { c.onSuccess = p } }
+// AfterSuccess sets what Run does when work returns nil while still
+// leading. Unset: Return (the work is done); RunGroup's default is
+// Recampaign.
+func AfterSuccess(p Policy) RunOption { return func(c *runConfig) { c.onSuccess = p } }
 
-// OnError sets what Run does when work returns an error while still leading.
-// Unset: Recampaign.
-func OnError(p Policy) RunOption { return func(c *runConfig) { c.onError = p } }
+// AfterError sets what Run does when work returns an error while still
+// leading. Unset: Recampaign.
+func AfterError(p Policy) RunOption { return func(c *runConfig) { c.onError = p } }
+
+// OnSuccess is AfterSuccess.
+//
+// Deprecated: use AfterSuccess. Options named On… set callbacks
+// (OnStartedLeading, OnStoppedLeading); this one sets a policy.
+func OnSuccess(p Policy) RunOption { return AfterSuccess(p) }
+
+// OnError is AfterError.
+//
+// Deprecated: use AfterError, for the reason given at OnSuccess.
+func OnError(p Policy) RunOption { return AfterError(p) }
 
 // OnStartedLeading sets a function called with each term Run wins, before
 // work starts. It runs in Run's goroutine: keep it short. A nil f is not
@@ -103,10 +115,10 @@ func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 // waiting for the lease to expire, and returns nil: once work has returned,
 // it spends at most one second on the resign and one on revoking its lease;
 // if etcd does not answer in time, the lease expires on its own within one
-// TTL. When work returns while
-// its term lasts, the policies set by OnSuccess (default Return) and OnError
-// (default Recampaign) decide. Run creates a session, and a new one each time
-// the old one is lost, and closes it before returning.
+// TTL. When work returns while its term lasts, the policies set by
+// AfterSuccess (default Return) and AfterError (default Recampaign) decide.
+// Run creates a session, and a new one each time the old one is lost, and
+// closes it before returning.
 //
 // Run returns an error only for bad arguments (fencing.ErrInvalidName;
 // fencing.ErrInvalidArgument for a nil ctx, client, work or option), when
@@ -194,14 +206,9 @@ func (r *runner) loop(ctx context.Context) error {
 	for ctx.Err() == nil {
 		t, err := r.campaign(ctx)
 		if err != nil {
-			if refused(err) {
+			if err = r.campaignFailed(ctx, err); err != nil {
 				return underPrefix(fmt.Sprintf("election: Run %q", r.name), err)
 			}
-			if ctx.Err() == nil { // why a replica is not leading: say it
-				r.log.Warn("campaign failed; retrying", "err", err)
-			}
-			r.fails++
-			r.backoff(ctx)
 			continue
 		}
 		again, err := r.lead(ctx, t)
@@ -252,6 +259,21 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 	return e.Campaign(ctx, r.value)
 }
 
+// campaignFailed returns err when no retry can help (etcd refused the
+// name's keys); otherwise it says why this replica is not leading, backs off
+// and returns nil.
+func (r *runner) campaignFailed(ctx context.Context, err error) error {
+	if refused(err) {
+		return err
+	}
+	if ctx.Err() == nil {
+		r.log.Warn("campaign failed; retrying", "err", err)
+	}
+	r.fails++
+	r.backoff(ctx)
+	return nil
+}
+
 // newSession makes a session with c's options. The lease grant gets one TTL:
 // etcd that cannot grant a lease that long is unreachable, and the caller
 // says so (a logged retry) instead of waiting in silence.
@@ -264,7 +286,7 @@ func (c *runConfig) newSession(ctx context.Context, cli *clientv3.Client, ttl ti
 // served is how one term ended.
 type served struct {
 	workErr error  // what work returned
-	policy  Policy // what the term's end asks for: OnSuccess's or OnError's
+	policy  Policy // what the term's end asks for: AfterSuccess's or AfterError's
 	lost    bool   // the term ended before work returned or Run's ctx ended
 	cause   error  // why the term ended, as OnStoppedLeading is told
 }
