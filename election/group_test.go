@@ -256,7 +256,7 @@ func TestGroupReturnPolicy(t *testing.T) {
 	c := etcdtest.Single(t)
 	w := newWorld(t, c, 4)
 	w.failing["a"] = w.names[2:3]
-	r := w.start("a", nil, nil, election.OnError(election.Return))
+	r := w.start("a", nil, nil, election.AfterError(election.Return))
 	select {
 	case err := <-r.done:
 		if err == nil || !strings.Contains(err.Error(), "cannot run") {

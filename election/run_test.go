@@ -182,19 +182,19 @@ func TestRunPolicies(t *testing.T) {
 	if err != nil || runs != 3 {
 		t.Fatalf("Run with failing work: %v after %d runs; want nil after 3", err, runs)
 	}
-	// OnError(Return) stops Run with the error.
+	// AfterError(Return) stops Run with the error.
 	err = election.Run(ctx, cli, "policy", "v", func(context.Context, *election.Term) error { return boom },
-		fast, election.OnError(election.Return))
+		fast, election.AfterError(election.Return))
 	if !errors.Is(err, boom) {
-		t.Fatalf("Run with OnError(Return): %v; want boom", err)
+		t.Fatalf("Run with AfterError(Return): %v; want boom", err)
 	}
-	// OnSuccess(KeepLeading) keeps the term until ctx ends.
+	// AfterSuccess(KeepLeading) keeps the term until ctx ends.
 	kctx, cancel := context.WithCancel(ctx)
 	won := make(chan *election.Term, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- election.Run(kctx, cli, "policy", "v", func(_ context.Context, t *election.Term) error { won <- t; return nil },
-			fast, election.OnSuccess(election.KeepLeading))
+			fast, election.AfterSuccess(election.KeepLeading))
 	}()
 	// Wait for the work, not for the key: a key is there before Campaign
 	// returns, and a ctx ended then ends the campaign, with no term.

@@ -62,7 +62,7 @@ func (r *replica) run(ctx context.Context, cli *clientv3.Client, obs fencing.Obs
 	// again: a replica never leaves the election while it runs.
 	err := election.Run(ctx, cli, r.name, r.value, r.lead,
 		election.WithSessionOptions(fencing.WithTTL(r.ttl), fencing.WithLogger(r.log), fencing.WithObserver(obs)),
-		election.WithHealth(&r.health), election.OnSuccess(election.KeepLeading),
+		election.WithHealth(&r.health), election.AfterSuccess(election.KeepLeading),
 		election.OnStartedLeading(func(t *election.Term) { r.log.Info("leading", "token", t.Token()) }))
 	if err != nil { // only for arguments that parse already refused
 		r.log.Error("cannot campaign", "err", err)

@@ -112,7 +112,7 @@ func granted(t *testing.T, cli *clientv3.Client, opts []fencing.SessionOption, n
 		t.Fatalf("Run(%q): %v (work ran: %v)", name, err, ran)
 	}
 	ran = false
-	if err := election.RunGroup(ctx, cli, name, []string{name}, work, election.OnSuccess(election.Return),
+	if err := election.RunGroup(ctx, cli, name, []string{name}, work, election.AfterSuccess(election.Return),
 		election.WithSessionOptions(opts...)); err != nil || !ran {
 		t.Fatalf("RunGroup(%q): %v (work ran: %v)", name, err, ran)
 	}

@@ -396,7 +396,7 @@ func (m *maintenance) replica(ctx context.Context, cli *clientv3.Client, name st
 		<-wctx.Done()
 		return nil
 	}
-	err := election.Run(ctx, cli, maintRun, name, work, election.OnSuccess(election.Recampaign),
+	err := election.Run(ctx, cli, maintRun, name, work, election.AfterSuccess(election.Recampaign),
 		election.WithSessionOptions(fencing.WithTTL(maintTTL), fencing.WithLogger(log)))
 	m.fail(ctx, ctx, "Run", err)
 }
