@@ -70,3 +70,25 @@ func TestNilAndZeroInputs(t *testing.T) {
 		t.Errorf("keys left: %v", keys)
 	}
 }
+
+// Observe's doc: bad input gets one Observation whose Err wraps
+// ErrInvalidArgument, on a channel that is already closed.
+func TestObserveBadInputClosesAtOnce(t *testing.T) {
+	var nilCtx context.Context
+	for name, ch := range map[string]<-chan election.Observation{
+		"nil ctx":       newElection(t, newSession(t, etcdtest.Shared().Admin), "observe-bad").Observe(nilCtx),
+		"zero Election": new(election.Election).Observe(t.Context()),
+	} {
+		if o, ok := <-ch; !ok || !errors.Is(o.Err, fencing.ErrInvalidArgument) {
+			t.Errorf("%s: first receive %+v, %v; want ErrInvalidArgument", name, o, ok)
+		}
+		select {
+		case o, ok := <-ch:
+			if ok {
+				t.Errorf("%s: a second observation %+v; want the channel closed", name, o)
+			}
+		default:
+			t.Errorf("%s: the channel is not closed after its one observation", name)
+		}
+	}
+}
