@@ -3,8 +3,10 @@ package fencing
 import (
 	"errors"
 	"fmt"
+
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/revqueue"
 )
 
 // Sentinel errors. Every error this package returns that a caller may act on
@@ -24,8 +26,10 @@ var (
 	// zero Mutex, say). Nothing was written to etcd.
 	ErrInvalidArgument = errors.New("invalid argument")
 
-	// ErrLocked is returned by TryLock when another hold owns the lock, and
-	// by election's TryCampaign when another candidate leads or waits. They
+	// ErrLocked is returned by TryLock when another hold owns the lock, by
+	// a Semaphore's TryAcquire when every permit is taken, by an RWMutex's
+	// TryLock and TryRLock when the lock cannot be had at once, and by
+	// election's TryCampaign when another candidate leads or waits. They
 	// wrote nothing.
 	ErrLocked = errors.New("locked")
 
@@ -49,6 +53,12 @@ var (
 	// lease was found gone, or the session already ended, before the lock
 	// was acquired. The error also wraps the session's cause.
 	ErrSessionExpired = errors.New("session expired")
+
+	// ErrLimitMismatch is returned by a Semaphore's Acquire and TryAcquire
+	// when keys of the name were queued with another limit: every process
+	// using a name must agree on its number of permits (see Semaphore). The
+	// call wrote nothing that stays.
+	ErrLimitMismatch = revqueue.ErrLimitMismatch
 
 	// ErrKeyDeleted means a key of this library was deleted by someone else
 	// (an operator), or replaced. Lock and election's Campaign return it

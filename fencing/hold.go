@@ -12,7 +12,8 @@ import (
 )
 
 // Hold is one acquired ownership of a lock: one key in etcd, created by one
-// Lock call. It is safe for concurrent use.
+// call of Mutex.Lock, Semaphore.Acquire (a permit) or RWMutex.Lock or RLock.
+// It is safe for concurrent use.
 //
 // Context gives a context that ends when ownership can no longer be proven;
 // guard.Txn (or IsOwner in your own txns) makes writes that commit only while
@@ -27,10 +28,12 @@ type Hold struct {
 // Unlock is on every lock's path.
 var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 
-func newHold(m *Mutex, e *revqueue.Entry, start time.Time) *Hold {
-	t := Token{Name: m.name, Revision: e.Rev, Cluster: m.s.cluster}
-	life := m.s.track(KindLock, t, e.Key, time.Since(start))
-	return &Hold{s: m.s, token: t, own: ownership.New(m.s.link, e.Key, e.Rev, life, e.Free, errReleased)}
+// newHold is the hold of e, a key of the queue of kind and name on s that
+// owns, acquired after waiting since start.
+func newHold(s *Session, kind Kind, name string, e *revqueue.Entry, start time.Time) *Hold {
+	t := Token{Name: name, Revision: e.Rev, Cluster: s.cluster}
+	life := s.track(kind, t, e.Key, time.Since(start))
+	return &Hold{s: s, token: t, own: ownership.New(s.link, e.Key, e.Rev, life, e.Free, errReleased)}
 }
 
 // Token returns the hold's fencing token: greater than the token of every

@@ -8,6 +8,8 @@ import (
 
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/sessionlink"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // Mutex is a distributed lock on one name: a queue of keys ordered by etcd
@@ -36,7 +38,7 @@ func NewMutex(s *Session, name string) (*Mutex, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fencing: NewMutex: %w", err)
 	}
-	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, "lock", name), Latency: s.link.Latency}}, nil
+	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindLock), name), Latency: s.link.Latency}}, nil
 }
 
 // Name returns the lock's name.
@@ -72,12 +74,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 	if err := m.usable(ctx); err != nil {
 		return nil, fmt.Errorf("fencing: lock: %w", err)
 	}
-	start := time.Now()
-	e, err := m.q.Acquire(ctx, m.s.link, m.s.identity)
-	if err != nil {
-		return nil, fmt.Errorf("fencing: lock %q: %w", m.name, acquireError(m.s, err))
-	}
-	return newHold(m, e, start), nil
+	return m.s.hold(ctx, "lock", KindLock, m.name, m.q.Acquire)
 }
 
 // TryLock acquires the lock if nobody holds or waits for it, in one request
@@ -90,16 +87,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 	if err := m.usable(ctx); err != nil {
 		return nil, fmt.Errorf("fencing: trylock: %w", err)
 	}
-	start := time.Now()
-	e, owner, err := m.q.TryAcquire(ctx, m.s.link, m.s.identity)
-	if err != nil {
-		return nil, fmt.Errorf("fencing: trylock %q: %w", m.name, acquireError(m.s, err))
-	}
-	if owner != nil {
-		return nil, fmt.Errorf("fencing: trylock %q: %w by %q (token %v)", m.name, ErrLocked, owner.Value,
-			Token{Name: m.name, Revision: owner.CreateRevision, Cluster: m.s.cluster})
-	}
-	return newHold(m, e, start), nil
+	return m.s.tryHold(ctx, "trylock", KindLock, m.name, m.q.TryAcquire)
 }
 
 func (m *Mutex) usable(ctx context.Context) error {
@@ -107,6 +95,36 @@ func (m *Mutex) usable(ctx context.Context) error {
 		return fmt.Errorf("%w: nil Mutex", ErrInvalidArgument)
 	}
 	return m.s.usable(ctx)
+}
+
+// hold runs acquire, one call's acquire of the queue of kind and name on s,
+// and returns the hold of its key; op names the call in errors.
+func (s *Session) hold(ctx context.Context, op string, kind Kind, name string,
+	acquire func(context.Context, *sessionlink.Link, string) (*revqueue.Entry, error)) (*Hold, error) {
+	start := time.Now()
+	e, err := acquire(ctx, s.link, s.identity)
+	if err != nil {
+		return nil, fmt.Errorf("fencing: %s %q: %w", op, name, acquireError(s, err))
+	}
+	return newHold(s, kind, name, e, start), nil
+}
+
+// tryHold is hold for a try, which either owns at once or writes nothing
+// and names an owner (ErrLocked).
+func (s *Session) tryHold(ctx context.Context, op string, kind Kind, name string,
+	try func(context.Context, *sessionlink.Link, string) (*revqueue.Entry, *mvccpb.KeyValue, error)) (*Hold, error) {
+	start := time.Now()
+	e, owner, err := try(ctx, s.link, s.identity)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("fencing: %s %q: %w", op, name, acquireError(s, err))
+	case e == nil && owner == nil:
+		return nil, fmt.Errorf("fencing: %s %q: %w: taken by others as it tried", op, name, ErrLocked)
+	case e == nil:
+		return nil, fmt.Errorf("fencing: %s %q: %w by %q (token %v)", op, name, ErrLocked, owner.Value,
+			Token{Name: name, Revision: owner.CreateRevision, Cluster: s.cluster})
+	}
+	return newHold(s, kind, name, e, start), nil
 }
 
 // acquireError maps why an acquire on s failed to this package's sentinels:

@@ -17,8 +17,10 @@ import (
 type Kind string
 
 const (
-	KindLock     Kind = "lock"     // a Hold of a Mutex
-	KindElection Kind = "election" // a term of an election (package election)
+	KindLock      Kind = "lock"      // a Hold of a Mutex
+	KindSemaphore Kind = "semaphore" // a Hold of one of a Semaphore's permits
+	KindRWLock    Kind = "rwlock"    // a Hold of an RWMutex, read or write
+	KindElection  Kind = "election"  // a term of an election (package election)
 	// KindGroup names the membership keys of an election.RunGroup group,
 	// one per replica. They are no ownership: no event reports them.
 	KindGroup Kind = "group"

@@ -28,14 +28,14 @@ import (
 // other key. Use it to watch or list one queue. fencing.KindGroup gives the
 // membership keys of the election.RunGroup group called name (the elections
 // of its names are each under the name's own prefix). Kind "" gives the
-// range of every key of the name: both queues, a group's members, and any
+// range of every key of the name: every queue, a group's members, and any
 // key an application keeps about the name (examples/singleton keeps its
 // running record at this prefix + "singleton"); grant it to give a service
 // one name: etcdctl role grant-permission --prefix ROLE readwrite PREFIX. A
 // bad root or kind returns fencing.ErrInvalidArgument, a bad name
 // fencing.ErrInvalidName.
 func KeyPrefix(root string, kind fencing.Kind, name string) (string, error) {
-	if err := check(root, kind, "", fencing.KindLock, fencing.KindElection, fencing.KindGroup); err != nil {
+	if err := check(root, kind, "", fencing.KindLock, fencing.KindSemaphore, fencing.KindRWLock, fencing.KindElection, fencing.KindGroup); err != nil {
 		return "", fmt.Errorf("inspect: KeyPrefix: %w", err)
 	}
 	if err := keyspace.ValidateName(name); err != nil {

@@ -39,10 +39,11 @@ type slot struct {
 }
 
 func (q Queue) newSlot(s *Session) *slot {
-	n := s.Keys.Get(q.Prefix)
+	dir := q.Prefix + q.KeyDir
+	n := s.Keys.Get(dir)
 	return &slot{
-		key: q.Prefix + s.KeyStem + strconv.FormatUint(n, 10),
-		put: func() { s.Keys.Put(q.Prefix, n) },
+		key: dir + s.KeyStem + strconv.FormatUint(n, 10),
+		put: func() { s.Keys.Put(dir, n) },
 	}
 }
 
@@ -71,13 +72,21 @@ func (sl *slot) release(s *Session) func(retire bool) {
 // call's alone, so the repeat finds it if the lost attempt wrote it, and
 // keeps its place in the queue. One call never has two keys.
 func (q Queue) Acquire(ctx context.Context, s *Session, value string) (*Entry, error) {
+	return q.acquire(ctx, s, value, q.Enqueue, q.Wait)
+}
+
+// acquire is Acquire under any rule: enqueue writes the key and finds its
+// place, wait waits for its turn.
+func (q Queue) acquire(ctx context.Context, s *Session, value string,
+	enqueue func(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, error),
+	wait func(ctx context.Context, e *Entry, lost context.Context) error) (*Entry, error) {
 	if err := usable(ctx, s); err != nil {
 		return nil, err
 	}
 	sl := q.newSlot(s)
 	var e *Entry
 	err := retry.Until(ctx, s.Life, q.Latency, &sl.unsure, func(ctx context.Context) (err error) {
-		e, err = q.Enqueue(ctx, sl.key, value, s.Lease)
+		e, err = enqueue(ctx, sl.key, value, s.Lease)
 		return err
 	})
 	if err != nil {
@@ -85,7 +94,7 @@ func (q Queue) Acquire(ctx context.Context, s *Session, value string) (*Entry, e
 	}
 	sl.written = true
 	e.Free = sl.release(s)
-	return e, q.settle(ctx, s, sl, q.Wait(ctx, e, s.Life))
+	return e, q.settle(ctx, s, sl, wait(ctx, e, s.Life))
 }
 
 // TryAcquire is Acquire that queues only if the queue is empty, in one
@@ -93,6 +102,21 @@ func (q Queue) Acquire(ctx context.Context, s *Session, value string) (*Entry, e
 // Like Acquire, it sends the request again after a passing failure; the
 // repeat that finds this call's own key at the head owns with it.
 func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry, *mvccpb.KeyValue, error) {
+	return q.tryAcquire(ctx, s, value, func(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, *mvccpb.KeyValue, error) {
+		e, owner, err := q.TryEnqueue(ctx, key, value, lease)
+		if owner != nil && string(owner.Key) == key {
+			// A lost attempt queued the key, alone: it owns.
+			return &Entry{Key: key, Rev: owner.CreateRevision, readRev: owner.ModRevision}, nil, nil
+		}
+		return e, owner, err
+	})
+}
+
+// tryAcquire is TryAcquire under any rule: try either owns at once or
+// writes nothing and returns an owner, and owns when a repeat finds the key
+// an unanswered attempt wrote.
+func (q Queue) tryAcquire(ctx context.Context, s *Session, value string,
+	try func(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, *mvccpb.KeyValue, error)) (*Entry, *mvccpb.KeyValue, error) {
 	if err := usable(ctx, s); err != nil {
 		return nil, nil, err
 	}
@@ -102,16 +126,13 @@ func (q Queue) TryAcquire(ctx context.Context, s *Session, value string) (*Entry
 		owner *mvccpb.KeyValue
 	)
 	err := retry.Until(ctx, s.Life, q.Latency, &sl.unsure, func(ctx context.Context) (err error) {
-		e, owner, err = q.TryEnqueue(ctx, sl.key, value, s.Lease)
+		e, owner, err = try(ctx, sl.key, value, s.Lease)
 		return err
 	})
 	switch {
 	case err != nil:
 		return nil, nil, q.settle(ctx, s, sl, err)
-	case owner != nil && string(owner.Key) == sl.key:
-		// A lost attempt queued the key, alone: it owns.
-		e = &Entry{Key: sl.key, Rev: owner.CreateRevision, readRev: owner.ModRevision}
-	case owner != nil:
+	case e == nil:
 		return nil, owner, q.settle(ctx, s, sl, errTaken)
 	}
 	sl.written = true

@@ -31,6 +31,10 @@ var ErrLost = errors.New("session lost while waiting")
 type Queue struct {
 	Client *clientv3.Client
 	Prefix string
+	// KeyDir is where the queue's own entries put their keys, under Prefix:
+	// "" for a mutex; a read-write lock's readers and writers, and a
+	// semaphore's limit, each have their own (see Counted, Readers).
+	KeyDir string
 	// Latency, if set, estimates a request's time, to bound each attempt.
 	Latency *retry.Latency
 }
@@ -48,11 +52,31 @@ type Entry struct {
 	pred      string // key of the direct predecessor; "" once Entry owns
 	predRev   int64  // create revision of pred: keys are reused, lives are not
 	predOwner bool   // pred was the owner when last read
-	readRev   int64  // revision of the read that found pred
+	readRev   int64  // revision of the read that found pred (or ahead)
+
+	// Under a rule other than the mutex's (Counted, Readers), what the
+	// entry waits on instead of pred; nil once it owns.
+	ahead []target
+	puts  bool // a put on ahead[0] may also let it own: the waiter ahead was admitted
+	fast  bool // the end of any of ahead lets it own: confirm needs only its own key
 }
 
-// Owner reports whether the entry was at the head of its queue when last read.
-func (e *Entry) Owner() bool { return e.pred == "" }
+// target is one life of a key.
+type target struct {
+	key string
+	rev int64
+}
+
+// Owner reports whether the entry owned the queue when last read.
+func (e *Entry) Owner() bool { return e.pred == "" && e.ahead == nil }
+
+// waitingOn says what the entry waits for, to tell whether a read moved it on.
+func (e *Entry) waitingOn() target {
+	if e.ahead != nil {
+		return target{e.ahead[0].key, int64(len(e.ahead))}
+	}
+	return target{e.pred, e.predRev}
+}
 
 // Enqueue writes key (with value, on lease) at the tail of the queue in one
 // txn, which also reads the entry's direct predecessor and the queue length.
@@ -71,7 +95,9 @@ func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.Le
 		return nil, err
 	}
 	if !resp.Succeeded {
-		return q.rejoin(ctx, resp)
+		return q.rejoin(ctx, resp, func(e *Entry) func(context.Context, bool) error {
+			return func(ctx context.Context, _ bool) error { return q.confirm(ctx, e, true) }
+		})
 	}
 	if err := shape(resp, 2); err != nil {
 		return nil, err
@@ -86,20 +112,6 @@ func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.Le
 		e.pred, e.predRev, e.predOwner = string(rr.Kvs[1].Key), rr.Kvs[1].CreateRevision, rr.Count == 2
 	}
 	return e, nil
-}
-
-// rejoin makes the entry of a key Enqueue found already written, and finds
-// its predecessor.
-func (q Queue) rejoin(ctx context.Context, resp *clientv3.TxnResponse) (*Entry, error) {
-	if err := shape(resp, 1); err != nil {
-		return nil, err
-	}
-	kv := first(resp.Responses[0].GetResponseRange().Kvs)
-	if kv == nil {
-		return nil, fmt.Errorf("%w: no key where the compare found one", retry.ErrMalformed)
-	}
-	e := &Entry{Key: string(kv.Key), Rev: kv.CreateRevision, readRev: resp.Header.Revision}
-	return e, q.confirm(ctx, e, true)
 }
 
 // TryEnqueue writes key only if the queue is empty, in one txn. When it is
@@ -132,6 +144,16 @@ func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3
 // for a passing reason (no etcd leader, a timeout, a lost connection) is
 // tried again: the place in the queue is still ours.
 func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
+	return q.wait(ctx, e, lost,
+		func(ctx context.Context) (bool, error) { return q.waitDeleted(ctx, e.pred, e.predRev, e.readRev, false) },
+		func(ctx context.Context, sure bool) error { return q.confirm(ctx, e, !sure) })
+}
+
+// wait is Wait with its two steps given: until returns once what e waits
+// for has ended (sure) or a broken watch leaves it open (not sure), and
+// confirm reads where e stands then.
+func (q Queue) wait(ctx context.Context, e *Entry, lost context.Context,
+	until func(ctx context.Context) (sure bool, err error), confirm func(ctx context.Context, sure bool) error) error {
 	if e.Owner() {
 		return nil // uncontended: no context or watch to set up
 	}
@@ -140,10 +162,10 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 	defer context.AfterFunc(lost, cancel)()
 	wait, unanswered := retry.MinBackoff, 0
 	for !e.Owner() {
-		pred := e.pred
-		sure, err := q.waitDeleted(wctx, pred, e.predRev, e.readRev)
+		before := e.waitingOn()
+		sure, err := until(wctx)
 		if err == nil {
-			err = retry.Attempt(wctx, wctx, q.Latency, unanswered, func(ctx context.Context) error { return q.confirm(ctx, e, !sure) })
+			err = retry.Attempt(wctx, wctx, q.Latency, unanswered, func(ctx context.Context) error { return confirm(ctx, sure) })
 		}
 		if errors.Is(err, retry.ErrNoAnswer) {
 			unanswered++
@@ -157,7 +179,7 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 			return ctx.Err()
 		case err != nil && !retry.Transient(err):
 			return err
-		case err == nil && (sure || e.pred != pred):
+		case err == nil && (sure || e.waitingOn() != before):
 			// The predecessor went, or a broken watch's read found the
 			// queue moved on (e now owns, or waits for another key): no
 			// reason to wait before going on.
@@ -173,16 +195,21 @@ func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 	return nil
 }
 
-// waitDeleted returns once key's life created at rev is over (sure) or once
-// a watch failure leaves the question open (not sure). readRev is the
-// revision at which that life was last seen.
-func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64) (sure bool, err error) {
+// waitDeleted returns once key's life created at rev is over (sure), or
+// written again when puts is set, or once a watch failure leaves the
+// question open (not sure). readRev is the revision at which that life was
+// last seen.
+func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, puts bool) (sure bool, err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	// Watch from now, not from readRev+1: a watch that starts in the past is
 	// served by etcd's unsynced loop, every 100 ms. The gap between readRev and
 	// the watch's start is covered by one read below.
-	wch := q.Client.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if !puts {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	wch := q.Client.Watch(wctx, key, opts...)
 	for resp := range wch {
 		if resp.Canceled || resp.Err() != nil {
 			break
@@ -203,12 +230,12 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64) 
 			if err != nil {
 				return false, err
 			}
-			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != rev {
+			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != rev || puts && g.Kvs[0].ModRevision > readRev {
 				return true, nil
 			}
 			continue
 		}
-		for _, ev := range resp.Events { // puts are filtered out: deletes
+		for _, ev := range resp.Events { // deletes, and puts if asked for
 			// A watch made on a member that lags may first deliver the
 			// delete of an earlier life of the key, before readRev.
 			if ev.Kv.ModRevision > readRev {

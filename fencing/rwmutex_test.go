@@ -1,0 +1,286 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+func newRWMutex(t testing.TB, s *fencing.Session, name string) *fencing.RWMutex {
+	t.Helper()
+	m, err := fencing.NewRWMutex(s, name)
+	if err != nil {
+		t.Fatalf("NewRWMutex(%q): %v", name, err)
+	}
+	return m
+}
+
+func rwKeys(t testing.TB, c *etcdtest.Cluster, name string) []string {
+	t.Helper()
+	p, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindRWLock, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Keys(t, p)
+}
+
+func goLock(ctx context.Context, lock func(context.Context) (*fencing.Hold, error)) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		h, err := lock(ctx)
+		ch <- result{h, err}
+	}()
+	return ch
+}
+
+// Readers share; a queued writer holds back the readers that come after it
+// (no writer starves); readers queued together enter together once the
+// writer leaves; tokens follow the rules of the type's doc.
+func TestRWMutexFairness(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := c.Client(t)
+	m := newRWMutex(t, newSession(t, cli), "table")
+	ctx := etcdtest.Context(t, wait)
+	queued := func(n int) {
+		t.Helper()
+		etcdtest.WaitFor(t, wait, fmt.Sprintf("%d keys queued", n), func() bool { return len(rwKeys(t, c, "table")) == n })
+	}
+	r1, err := m.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := m.RLock(ctx)
+	if err != nil {
+		t.Fatalf("a second reader: %v", err)
+	}
+	writer := goLock(ctx, newRWMutex(t, newSession(t, cli), "table").Lock)
+	queued(3)
+	late := []<-chan result{goLock(ctx, m.RLock)}
+	queued(4)
+	late = append(late, goLock(ctx, newRWMutex(t, newSession(t, cli), "table").RLock))
+	queued(5)
+	pending(t, writer, "the writer")
+	for i, l := range late {
+		pending(t, l, fmt.Sprintf("late reader %d", i))
+	}
+	if _, err := m.TryRLock(ctx); !errors.Is(err, fencing.ErrLocked) {
+		t.Errorf("TryRLock behind a queued writer: %v; want ErrLocked", err)
+	}
+	if _, err := m.TryLock(ctx); !errors.Is(err, fencing.ErrLocked) {
+		t.Errorf("TryLock with readers in: %v; want ErrLocked", err)
+	}
+	for _, r := range []*fencing.Hold{r1, r2} {
+		if err := r.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := received(t, writer, "the writer")
+	for i, l := range late {
+		pending(t, l, fmt.Sprintf("late reader %d", i))
+	}
+	for _, r := range []*fencing.Hold{r1, r2} {
+		if w.Token().Compare(r.Token()) <= 0 {
+			t.Errorf("write token %v not above earlier read token %v", w.Token(), r.Token())
+		}
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range late {
+		r := received(t, l, fmt.Sprintf("late reader %d", i))
+		if r.Token().Compare(w.Token()) <= 0 {
+			t.Errorf("read token %v not above earlier write token %v", r.Token(), w.Token())
+		}
+		defer r.Unlock(ctx)
+	}
+}
+
+// TryLock and TryRLock on a free lock take it in one request; a writer
+// excludes everyone, readers exclude writers.
+func TestRWMutexTry(t *testing.T) {
+	c := etcdtest.Single(t)
+	var ctr etcdtest.Counter
+	m := newRWMutex(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr))), "try-rw")
+	ctx := etcdtest.Context(t, wait)
+	ctr.Reset()
+	w, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock on a free lock: %v", err)
+	}
+	if got := ctr.Requests("Txn"); got != 1 {
+		t.Errorf("TryLock sent %d txns; want 1", got)
+	}
+	if _, err := m.TryRLock(ctx); !errors.Is(err, fencing.ErrLocked) {
+		t.Errorf("TryRLock under a writer: %v; want ErrLocked", err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ctr.Reset()
+	r, err := m.TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("TryRLock on a free lock: %v", err)
+	}
+	if got := ctr.Requests("Txn"); got != 1 {
+		t.Errorf("TryRLock sent %d txns; want 1", got)
+	}
+	r2, err := m.TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("TryRLock beside a reader: %v", err)
+	}
+	if _, err := m.TryLock(ctx); !errors.Is(err, fencing.ErrLocked) {
+		t.Errorf("TryLock with readers in: %v; want ErrLocked", err)
+	}
+	for _, h := range []*fencing.Hold{r, r2} {
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if keys := rwKeys(t, c, "try-rw"); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+// Bad input gets a sentinel, writes nothing and never panics.
+func TestRWMutexBadInput(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	var nilCtx context.Context
+	ctx := etcdtest.Context(t, wait)
+	m := newRWMutex(t, s, "bad-rw")
+	for name, call := range map[string]func() error{
+		"nil session":   func() error { _, err := fencing.NewRWMutex(nil, "x"); return err },
+		"nil ctx Lock":  func() error { _, err := m.Lock(nilCtx); return err },
+		"nil ctx RLock": func() error { _, err := m.RLock(nilCtx); return err },
+		"nil ctx Try":   func() error { _, err := m.TryLock(nilCtx); return err },
+		"nil ctx TryR":  func() error { _, err := m.TryRLock(nilCtx); return err },
+		"zero value":    func() error { _, err := new(fencing.RWMutex).RLock(ctx); return err },
+	} {
+		if err := call(); !errors.Is(err, fencing.ErrInvalidArgument) {
+			t.Errorf("%s: %v; want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := fencing.NewRWMutex(s, "a#b"); !errors.Is(err, fencing.ErrInvalidName) {
+		t.Errorf("invalid name: %v; want ErrInvalidName", err)
+	}
+	r, err := m.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Unlock(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Errorf("second Unlock: %v; want ErrNotHeld", err)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+// S1 for read-write locks, under faults (partitions past the TTL, keys
+// deleted, leases revoked, calls cancelled): every guarded write under a
+// write hold committed while its key was the oldest, and every one under a
+// read hold while no writer's key was older than its own.
+func TestRWMutexExclusionUnderFaults(t *testing.T) {
+	const (
+		workers = 6
+		name    = "faulty-rw"
+	)
+	c := etcdtest.Single(t)
+	var log writeLog
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var reads, writes sync.Map
+	for w := range workers {
+		cli, link := c.ProxiedClient(t)
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for ctx.Err() == nil {
+				s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(2*time.Second))
+				if err != nil {
+					continue
+				}
+				m, err := fencing.NewRWMutex(s, name)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for ctx.Err() == nil && s.Err() == nil {
+					lock, kinds := m.RLock, &reads
+					if rng.IntN(3) == 0 {
+						lock, kinds = m.Lock, &writes
+					}
+					actx, cancel := context.WithTimeout(ctx, time.Duration(50+rng.IntN(400))*time.Millisecond)
+					h, err := lock(actx)
+					cancel()
+					if err != nil {
+						continue
+					}
+					kinds.Store(w, true)
+					holdWithFaults(ctx, c, s, link, h, rng, &log)
+				}
+				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				s.Close(cctx)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	for what, m := range map[string]*sync.Map{"read": &reads, "write": &writes} {
+		n := 0
+		m.Range(func(any, any) bool { n++; return true })
+		if n < 2 {
+			t.Errorf("only %d workers took a %s hold", n, what)
+		}
+	}
+	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindRWLock, name)
+	log.checkHistory(t, c, p, func(alive []queued, me queued) error {
+		writer := strings.HasPrefix(me.key, p+"w/")
+		for _, q := range alive {
+			switch {
+			case q == me:
+				return nil
+			case writer:
+				return fmt.Errorf("writer %s@%d wrote with %s@%d older", me.key, me.rev, q.key, q.rev)
+			case strings.HasPrefix(q.key, p+"w/"):
+				return fmt.Errorf("reader %s@%d wrote with writer %s@%d older", me.key, me.rev, q.key, q.rev)
+			}
+		}
+		return nil
+	})
+	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(rwKeys(t, c, name)) == 0 })
+}
+
+// holdWithFaults makes guarded writes under h and, now and then, suffers
+// a fault, then unlocks.
+func holdWithFaults(ctx context.Context, c *etcdtest.Cluster, s *fencing.Session, link *etcdtest.Link, h *fencing.Hold,
+	rng *rand.Rand, log *writeLog) {
+	for range 1 + rng.IntN(3) {
+		log.write(ctx, s.Client(), h)
+	}
+	switch rng.IntN(12) {
+	case 0: // partitioned past its TTL: the lease expires, the others go on
+		link.Blackhole()
+		<-s.Done()
+		link.Restore()
+	case 1: // an operator deletes the key
+		c.Admin.Delete(ctx, h.Key())
+	case 2: // an operator revokes the lease
+		c.Admin.Revoke(ctx, s.Lease())
+	}
+	log.write(ctx, s.Client(), h) // refused unless the hold survived
+	uctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	h.Unlock(uctx)
+	cancel()
+}

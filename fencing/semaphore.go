@@ -1,0 +1,97 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/revqueue"
+)
+
+// Semaphore is a distributed counting semaphore: at most Limit holds of one
+// name at once, across every process and session. Like a Mutex it is a
+// queue of keys ordered by etcd create revision, here with the Limit oldest
+// keys holding a permit each, served first come, first served.
+//
+// Keys only join at the tail, so a key among the Limit oldest stays among
+// them until it goes: owning its key proves a hold's permit, and a hold has
+// everything a Mutex's has (a token, a Context that ends once the permit
+// cannot be proven, guarded writes with guard.Txn, Unlock, the session's
+// observer and logger). Each Acquire queues its own key, so permits of one
+// session exclude each other as those of two processes do. Tokens are the
+// keys' create revisions: a hold's token is greater than that of every hold
+// whose permit was granted before it queued.
+//
+// Every process using a name must give the same limit: each key records its
+// call's limit, and Acquire and TryAcquire return ErrLimitMismatch when a key
+// ahead of theirs was queued with another (two processes never enforce two
+// limits). To change a name's limit, stop every process that uses it, or
+// move them to a new name; during a rolling change, the processes of the
+// limit that is not queued get ErrLimitMismatch until the other's keys are
+// gone, which is safe but stalls them.
+//
+// A Semaphore holds no state between calls: it is safe for concurrent use.
+type Semaphore struct {
+	s     *Session
+	name  string
+	limit int
+	q     revqueue.Counted
+}
+
+// NewSemaphore returns the semaphore of limit permits called name on
+// session s. Names follow ValidateName; each name's semaphore is
+// independent of its lock, read-write lock and election. A limit below 1
+// or a nil s returns ErrInvalidArgument, an invalid name ErrInvalidName.
+func NewSemaphore(s *Session, name string, limit int) (*Semaphore, error) {
+	switch {
+	case s == nil:
+		return nil, fmt.Errorf("fencing: NewSemaphore: %w: nil session", ErrInvalidArgument)
+	case limit < 1:
+		return nil, fmt.Errorf("fencing: NewSemaphore: %w: limit %d, want at least 1", ErrInvalidArgument, limit)
+	}
+	if err := ValidateName(name); err != nil {
+		return nil, fmt.Errorf("fencing: NewSemaphore: %w", err)
+	}
+	q := revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindSemaphore), name), Latency: s.link.Latency}
+	return &Semaphore{s: s, name: name, limit: limit, q: revqueue.NewCounted(q, limit)}, nil
+}
+
+// Name returns the semaphore's name.
+func (m *Semaphore) Name() string { return m.name }
+
+// Limit returns the number of permits.
+func (m *Semaphore) Limit() int { return m.limit }
+
+// Acquire blocks until this call holds a permit, and returns the Hold. On
+// success the hold's key existed, on the session's live lease, at a
+// revision where fewer than Limit keys were older.
+//
+// Uncontended, it sends one request. Contended, it wakes only when its
+// turn may have come: a release wakes the one waiter it admits, whatever
+// the number of waiters. Its errors, retries and cleanup are Mutex.Lock's,
+// plus ErrLimitMismatch.
+func (m *Semaphore) Acquire(ctx context.Context) (*Hold, error) {
+	if err := m.usable(ctx); err != nil {
+		return nil, fmt.Errorf("fencing: acquire: %w", err)
+	}
+	return m.s.hold(ctx, "acquire", KindSemaphore, m.name, m.q.Acquire)
+}
+
+// TryAcquire takes a permit if one is free and nobody waits, without
+// waiting: one request when no key is queued or every permit is taken, two
+// when some are free. Otherwise it returns an error wrapping ErrLocked,
+// naming the oldest holder, and writes nothing. Its other errors are
+// Acquire's.
+func (m *Semaphore) TryAcquire(ctx context.Context) (*Hold, error) {
+	if err := m.usable(ctx); err != nil {
+		return nil, fmt.Errorf("fencing: tryacquire: %w", err)
+	}
+	return m.s.tryHold(ctx, "tryacquire", KindSemaphore, m.name, m.q.TryAcquire)
+}
+
+func (m *Semaphore) usable(ctx context.Context) error {
+	if m == nil || m.s == nil {
+		return fmt.Errorf("%w: Semaphore not made by NewSemaphore", ErrInvalidArgument)
+	}
+	return m.s.usable(ctx)
+}

@@ -1,0 +1,338 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func newSemaphore(t testing.TB, s *fencing.Session, name string, limit int) *fencing.Semaphore {
+	t.Helper()
+	m, err := fencing.NewSemaphore(s, name, limit)
+	if err != nil {
+		t.Fatalf("NewSemaphore(%q, %d): %v", name, limit, err)
+	}
+	return m
+}
+
+func acquire(t testing.TB, m *fencing.Semaphore) *fencing.Hold {
+	t.Helper()
+	h, err := m.Acquire(etcdtest.Context(t, wait))
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	return h
+}
+
+// semKeys lists the keys queued under a semaphore.
+func semKeys(t testing.TB, c *etcdtest.Cluster, name string) []string {
+	t.Helper()
+	p, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Keys(t, p)
+}
+
+// result is what a call running in the background returned.
+type result struct {
+	h   *fencing.Hold
+	err error
+}
+
+func goAcquire(ctx context.Context, m *fencing.Semaphore) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		h, err := m.Acquire(ctx)
+		ch <- result{h, err}
+	}()
+	return ch
+}
+
+func received(t testing.TB, ch <-chan result, what string) *fencing.Hold {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r.h
+	case <-time.After(wait):
+		t.Fatalf("%s: no hold within %v", what, wait)
+		return nil
+	}
+}
+
+func pending(t testing.TB, ch <-chan result, what string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s returned (%v, %v); it should still wait", what, r.h, r.err)
+	default:
+	}
+}
+
+// N holds at once, from one session (its permits exclude each other as two
+// processes' do); the next waiters are served first come, first served, one
+// per release, each with a greater token.
+func TestSemaphoreAdmitsLimitInOrder(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	m := newSemaphore(t, s, "jobs/migrations", 3)
+	held := []*fencing.Hold{acquire(t, m), acquire(t, m), acquire(t, m)}
+	ctx := etcdtest.Context(t, wait)
+	fourth := goAcquire(ctx, m)
+	etcdtest.WaitFor(t, wait, "the fourth to queue", func() bool { return len(semKeys(t, c, "jobs/migrations")) == 4 })
+	fifth := goAcquire(ctx, m)
+	etcdtest.WaitFor(t, wait, "the fifth to queue", func() bool { return len(semKeys(t, c, "jobs/migrations")) == 5 })
+	pending(t, fourth, "the fourth Acquire")
+	pending(t, fifth, "the fifth Acquire")
+
+	if err := held[1].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h4 := received(t, fourth, "the fourth Acquire")
+	pending(t, fifth, "the fifth Acquire")
+	if err := held[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h5 := received(t, fifth, "the fifth Acquire")
+	for i, h := range []*fencing.Hold{held[0], held[1], held[2], h4} {
+		if h5.Token().Compare(h.Token()) <= 0 {
+			t.Errorf("token %v of the fifth not above %v of hold %d", h5.Token(), h.Token(), i)
+		}
+	}
+	for _, h := range []*fencing.Hold{held[2], h4, h5} {
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if keys := semKeys(t, c, "jobs/migrations"); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+// A holder among the first N keys stays among them while later keys queue
+// behind it: its key proves its permit, so guarded writes commit and its
+// context lasts until it lets go.
+func TestSemaphoreKeyProvesPermit(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := c.Client(t)
+	m := newSemaphore(t, newSession(t, cli), "permits", 2)
+	h1, h2 := acquire(t, m), acquire(t, m)
+	ctx := etcdtest.Context(t, wait)
+	var waiters []<-chan result
+	for i := range 3 {
+		waiters = append(waiters, goAcquire(ctx, newSemaphore(t, newSession(t, cli), "permits", 2)))
+		etcdtest.WaitFor(t, wait, "a waiter to queue", func() bool { return len(semKeys(t, c, "permits")) == 3+i })
+	}
+	for _, h := range []*fencing.Hold{h1, h2} {
+		resp, err := cli.Txn(ctx).If(h.IsOwner()).Then(clientv3.OpPut("permits-data", h.Token().String())).Commit()
+		if err != nil || !resp.Succeeded {
+			t.Fatalf("guarded write of %v with waiters queued: %v, applied %v", h.Token(), err, err == nil && resp.Succeeded)
+		}
+		if err := h.Context().Err(); err != nil {
+			t.Fatalf("context of %v ended: %v", h.Token(), context.Cause(h.Context()))
+		}
+	}
+	if err := h1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Txn(ctx).If(h1.IsOwner()).Then(clientv3.OpPut("permits-data", "late")).Commit(); err != nil || resp.Succeeded {
+		t.Fatalf("guarded write after Unlock: %v, applied %v", err, err == nil && resp.Succeeded)
+	}
+	h3 := received(t, waiters[0], "the first waiter")
+	for i, w := range waiters[1:] {
+		pending(t, w, fmt.Sprintf("waiter %d", i+2))
+	}
+	for _, h := range []*fencing.Hold{h2, h3} {
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, w := range waiters[1:] {
+		if err := received(t, w, fmt.Sprintf("waiter %d", i+2)).Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Two limits for one name: whoever queues behind a key of the other limit
+// is refused with ErrLimitMismatch and leaves no key.
+func TestSemaphoreLimitMismatch(t *testing.T) {
+	c := etcdtest.Single(t)
+	h := acquire(t, newSemaphore(t, newSession(t, c.Client(t)), "limit", 2))
+	other := newSemaphore(t, newSession(t, c.Client(t)), "limit", 3)
+	ctx := etcdtest.Context(t, wait)
+	if _, err := other.Acquire(ctx); !errors.Is(err, fencing.ErrLimitMismatch) {
+		t.Errorf("Acquire with another limit: %v; want ErrLimitMismatch", err)
+	}
+	if _, err := other.TryAcquire(ctx); !errors.Is(err, fencing.ErrLimitMismatch) {
+		t.Errorf("TryAcquire with another limit: %v; want ErrLimitMismatch", err)
+	}
+	etcdtest.WaitFor(t, wait, "only the holder's key", func() bool { return len(semKeys(t, c, "limit")) == 1 })
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Once the other limit's keys are gone, the new limit is the name's.
+	h2, err := other.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("Acquire once the old keys are gone: %v", err)
+	}
+	if err := h2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TryAcquire takes a free permit, refuses with ErrLocked (writing nothing)
+// when all are held, and takes one again once one is released.
+func TestSemaphoreTryAcquire(t *testing.T) {
+	c := etcdtest.Single(t)
+	var ctr etcdtest.Counter
+	m := newSemaphore(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr))), "try-sem", 2)
+	ctx := etcdtest.Context(t, wait)
+	h1, err := m.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire on an empty semaphore: %v", err)
+	}
+	h2, err := m.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire with a permit free: %v", err)
+	}
+	ctr.Reset()
+	if _, err := m.TryAcquire(ctx); !errors.Is(err, fencing.ErrLocked) {
+		t.Fatalf("TryAcquire with no permit free: %v; want ErrLocked", err)
+	}
+	if got := ctr.Requests("Txn"); got != 1 {
+		t.Errorf("a refused TryAcquire sent %d txns; want 1 (%v)", got, &ctr)
+	}
+	if keys := semKeys(t, c, "try-sem"); len(keys) != 2 {
+		t.Fatalf("keys after a refused TryAcquire: %v", keys)
+	}
+	if err := h1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h3, err := m.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire after a release: %v", err)
+	}
+	for _, h := range []*fencing.Hold{h2, h3} {
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Bad input gets a sentinel, writes nothing and never panics.
+func TestSemaphoreBadInput(t *testing.T) {
+	c := etcdtest.Single(t)
+	s := newSession(t, c.Client(t))
+	var nilCtx context.Context
+	ctx := etcdtest.Context(t, wait)
+	m := newSemaphore(t, s, "bad", 1)
+	h := acquire(t, m)
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"limit 0":       func() error { _, err := fencing.NewSemaphore(s, "x", 0); return err },
+		"limit -1":      func() error { _, err := fencing.NewSemaphore(s, "x", -1); return err },
+		"nil session":   func() error { _, err := fencing.NewSemaphore(nil, "x", 1); return err },
+		"nil ctx":       func() error { _, err := m.Acquire(nilCtx); return err },
+		"nil ctx try":   func() error { _, err := m.TryAcquire(nilCtx); return err },
+		"zero value":    func() error { _, err := new(fencing.Semaphore).Acquire(ctx); return err },
+		"nil Semaphore": func() error { var z *fencing.Semaphore; _, err := z.TryAcquire(ctx); return err },
+	} {
+		if err := call(); !errors.Is(err, fencing.ErrInvalidArgument) {
+			t.Errorf("%s: %v; want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := fencing.NewSemaphore(s, "a#b", 1); !errors.Is(err, fencing.ErrInvalidName) {
+		t.Errorf("invalid name: %v; want ErrInvalidName", err)
+	}
+	if err := h.Unlock(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Errorf("second Unlock: %v; want ErrNotHeld", err)
+	}
+	if keys := c.Keys(t, ""); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+// S1 for permits, under faults: holders partitioned past their TTL, keys
+// deleted and leases revoked by an operator, waiters cancelled. Every
+// guarded write a holder made committed at a revision where its key was
+// among the Limit oldest, so never more than Limit holds wrote at once,
+// and no key is left.
+func TestSemaphoreNeverOverLimitUnderFaults(t *testing.T) {
+	const (
+		limit   = 2
+		workers = 6
+		name    = "faulty-sem"
+	)
+	c := etcdtest.Single(t)
+	var log writeLog
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var cycles sync.Map
+	for w := range workers {
+		cli, link := c.ProxiedClient(t)
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for ctx.Err() == nil {
+				s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(2*time.Second))
+				if err != nil {
+					continue
+				}
+				semWorker(ctx, c, s, link, name, limit, rng, &log, &cycles, w)
+				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				s.Close(cctx)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	n := 0
+	cycles.Range(func(any, any) bool { n++; return true })
+	if n < workers/2 {
+		t.Errorf("only %d workers held a permit", n)
+	}
+	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, name)
+	log.checkHistory(t, c, p, func(alive []queued, me queued) error {
+		if older := slices.Index(alive, me); older >= limit {
+			return fmt.Errorf("%s@%d wrote while %d keys were older", me.key, me.rev, older)
+		}
+		return nil
+	})
+	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(semKeys(t, c, name)) == 0 })
+}
+
+// semWorker acquires permits on s until the session ends or ctx does, each
+// time making guarded writes and, now and then, suffering a fault.
+func semWorker(ctx context.Context, c *etcdtest.Cluster, s *fencing.Session, link *etcdtest.Link, name string, limit int,
+	rng *rand.Rand, log *writeLog, cycles *sync.Map, w int) {
+	m, err := fencing.NewSemaphore(s, name, limit)
+	if err != nil {
+		return
+	}
+	for ctx.Err() == nil && s.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, time.Duration(50+rng.IntN(400))*time.Millisecond)
+		h, err := m.Acquire(actx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		cycles.Store(w, true)
+		holdWithFaults(ctx, c, s, link, h, rng, log)
+	}
+}
