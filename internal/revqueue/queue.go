@@ -145,7 +145,9 @@ func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3
 // tried again: the place in the queue is still ours.
 func (q Queue) Wait(ctx context.Context, e *Entry, lost context.Context) error {
 	return q.wait(ctx, e, lost,
-		func(ctx context.Context) (bool, error) { return q.waitDeleted(ctx, e.pred, e.predRev, e.readRev, false) },
+		func(ctx context.Context) (bool, error) {
+			return q.waitDeleted(ctx, e.pred, e.predRev, e.readRev, false)
+		},
 		func(ctx context.Context, sure bool) error { return q.confirm(ctx, e, !sure) })
 }
 
