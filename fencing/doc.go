@@ -11,6 +11,11 @@
 // the key's create revision is the Hold's Token. Revisions only grow, so
 // tokens of successive owners strictly increase.
 //
+// A Semaphore lets the Limit oldest keys of its queue hold at once (at most
+// N workers of a job), and an RWMutex any number of readers or one writer,
+// first come, first served; their holds are Holds too, with tokens, watched
+// contexts and guarded writes.
+//
 // What a Hold does not do is stop a process that pauses while it holds: after
 // a long GC pause or SIGSTOP, a former owner can still run code that believes
 // it owns the lock. Two things make that harmless: writes into etcd guarded by

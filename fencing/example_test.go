@@ -133,3 +133,51 @@ func ExampleWithObserver() {
 	fmt.Println("acquired", acquired.Load(), "released", released.Load())
 	// Output: acquired 1 released 1
 }
+
+// This example lets at most two migrations run at once, whichever process
+// starts them: a third waits, or fails fast with TryAcquire.
+func ExampleSemaphore() {
+	ctx := context.Background()
+	s, _ := fencing.NewSession(ctx, exampleClient()) // error checks trimmed
+	defer s.Close(ctx)
+	sem, _ := fencing.NewSemaphore(s, "migrations", 2)
+
+	first, _ := sem.Acquire(ctx)
+	second, _ := sem.Acquire(ctx)
+	_, err := sem.TryAcquire(ctx)
+	fmt.Println("third:", errors.Is(err, fencing.ErrLocked))
+
+	// Each permit is a Hold: its token fences its writes, its Context ends
+	// if the permit is lost.
+	first.Unlock(ctx)
+	third, _ := sem.TryAcquire(ctx)
+	fmt.Println("after a release:", third.Token().Compare(second.Token()))
+	second.Unlock(ctx)
+	third.Unlock(ctx)
+	// Output:
+	// third: true
+	// after a release: 1
+}
+
+// This example shares a table among readers and gives a writer the table to
+// itself, with a token greater than every earlier reader's.
+func ExampleRWMutex() {
+	ctx := context.Background()
+	s, _ := fencing.NewSession(ctx, exampleClient()) // error checks trimmed
+	defer s.Close(ctx)
+	rw, _ := fencing.NewRWMutex(s, "tables/users")
+
+	r1, _ := rw.RLock(ctx)
+	r2, _ := rw.RLock(ctx) // readers share
+	_, err := rw.TryLock(ctx)
+	fmt.Println("writer while read:", errors.Is(err, fencing.ErrLocked))
+	r1.Unlock(ctx)
+	r2.Unlock(ctx)
+
+	w, _ := rw.Lock(ctx)
+	fmt.Println("write token above reads:", w.Token().Compare(r2.Token()) > 0)
+	w.Unlock(ctx)
+	// Output:
+	// writer while read: true
+	// write token above reads: true
+}
