@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/inspect"
@@ -198,50 +196,18 @@ func TestRWMutexExclusionUnderFaults(t *testing.T) {
 	)
 	c := etcdtest.Single(t)
 	var log writeLog
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	var reads, writes sync.Map
-	for w := range workers {
-		cli, link := c.ProxiedClient(t)
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 11))
-			for ctx.Err() == nil {
-				s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(2*time.Second))
-				if err != nil {
-					continue
-				}
-				m, err := fencing.NewRWMutex(s, name)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				for ctx.Err() == nil && s.Err() == nil {
-					lock, kinds := m.RLock, &reads
-					if rng.IntN(3) == 0 {
-						lock, kinds = m.Lock, &writes
-					}
-					actx, cancel := context.WithTimeout(ctx, time.Duration(50+rng.IntN(400))*time.Millisecond)
-					h, err := lock(actx)
-					cancel()
-					if err != nil {
-						continue
-					}
-					kinds.Store(w, true)
-					holdWithFaults(ctx, c, s, link, h, rng, &log)
-				}
-				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				s.Close(cctx)
-				cancel()
+	took := underFaults(t, c, workers, &log, func(s *fencing.Session) (picker, error) {
+		m, err := fencing.NewRWMutex(s, name)
+		return func(rng *rand.Rand) (string, func(context.Context) (*fencing.Hold, error)) {
+			if rng.IntN(3) == 0 {
+				return "write", m.Lock
 			}
-		})
-	}
-	wg.Wait()
-	for what, m := range map[string]*sync.Map{"read": &reads, "write": &writes} {
-		n := 0
-		m.Range(func(any, any) bool { n++; return true })
-		if n < 2 {
-			t.Errorf("only %d workers took a %s hold", n, what)
+			return "read", m.RLock
+		}, err
+	})
+	for _, kind := range []string{"read", "write"} {
+		if took[kind] < 2 {
+			t.Errorf("only %d workers took a %s hold", took[kind], kind)
 		}
 	}
 	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindRWLock, name)
@@ -260,27 +226,4 @@ func TestRWMutexExclusionUnderFaults(t *testing.T) {
 		return nil
 	})
 	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(rwKeys(t, c, name)) == 0 })
-}
-
-// holdWithFaults makes guarded writes under h and, now and then, suffers
-// a fault, then unlocks.
-func holdWithFaults(ctx context.Context, c *etcdtest.Cluster, s *fencing.Session, link *etcdtest.Link, h *fencing.Hold,
-	rng *rand.Rand, log *writeLog) {
-	for range 1 + rng.IntN(3) {
-		log.write(ctx, s.Client(), h)
-	}
-	switch rng.IntN(12) {
-	case 0: // partitioned past its TTL: the lease expires, the others go on
-		link.Blackhole()
-		<-s.Done()
-		link.Restore()
-	case 1: // an operator deletes the key
-		c.Admin.Delete(ctx, h.Key())
-	case 2: // an operator revokes the lease
-		c.Admin.Revoke(ctx, s.Lease())
-	}
-	log.write(ctx, s.Client(), h) // refused unless the hold survived
-	uctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	h.Unlock(uctx)
-	cancel()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -281,31 +280,12 @@ func TestSemaphoreNeverOverLimitUnderFaults(t *testing.T) {
 	)
 	c := etcdtest.Single(t)
 	var log writeLog
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	var cycles sync.Map
-	for w := range workers {
-		cli, link := c.ProxiedClient(t)
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			for ctx.Err() == nil {
-				s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(2*time.Second))
-				if err != nil {
-					continue
-				}
-				semWorker(ctx, c, s, link, name, limit, rng, &log, &cycles, w)
-				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				s.Close(cctx)
-				cancel()
-			}
-		})
-	}
-	wg.Wait()
-	n := 0
-	cycles.Range(func(any, any) bool { n++; return true })
-	if n < workers/2 {
-		t.Errorf("only %d workers held a permit", n)
+	took := underFaults(t, c, workers, &log, func(s *fencing.Session) (picker, error) {
+		m, err := fencing.NewSemaphore(s, name, limit)
+		return func(*rand.Rand) (string, func(context.Context) (*fencing.Hold, error)) { return "permit", m.Acquire }, err
+	})
+	if took["permit"] < workers/2 {
+		t.Errorf("only %d workers held a permit", took["permit"])
 	}
 	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, name)
 	log.checkHistory(t, c, p, func(alive []queued, me queued) error {
@@ -315,24 +295,4 @@ func TestSemaphoreNeverOverLimitUnderFaults(t *testing.T) {
 		return nil
 	})
 	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(semKeys(t, c, name)) == 0 })
-}
-
-// semWorker acquires permits on s until the session ends or ctx does, each
-// time making guarded writes and, now and then, suffering a fault.
-func semWorker(ctx context.Context, c *etcdtest.Cluster, s *fencing.Session, link *etcdtest.Link, name string, limit int,
-	rng *rand.Rand, log *writeLog, cycles *sync.Map, w int) {
-	m, err := fencing.NewSemaphore(s, name, limit)
-	if err != nil {
-		return
-	}
-	for ctx.Err() == nil && s.Err() == nil {
-		actx, cancel := context.WithTimeout(ctx, time.Duration(50+rng.IntN(400))*time.Millisecond)
-		h, err := m.Acquire(actx)
-		cancel()
-		if err != nil {
-			continue
-		}
-		cycles.Store(w, true)
-		holdWithFaults(ctx, c, s, link, h, rng, log)
-	}
 }
