@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/retry"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -83,35 +84,47 @@ func (e *Entry) waitingOn() target {
 // If key already exists (an earlier Enqueue of it, whose reply was lost, was
 // applied), it writes nothing and takes up that key's place instead.
 func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, error) {
+	e, newest, err := q.put(ctx, key, value, lease, 2, func(e *Entry) func(context.Context, bool) error {
+		return func(ctx context.Context, _ bool) error { return q.confirm(ctx, e, true) }
+	})
+	if err != nil || newest == nil || len(newest.Kvs) < 2 {
+		return e, err
+	}
+	// With two keys in the queue, the predecessor is the owner.
+	e.pred, e.predRev, e.predOwner = string(newest.Kvs[1].Key), newest.Kvs[1].CreateRevision, newest.Count == 2
+	return e, nil
+}
+
+// put writes key (with value, on lease) at the tail of the queue in one txn
+// that also reads the n newest keys, ours first, and returns them. If key
+// already exists (an earlier put of it, whose reply was lost, was applied),
+// it writes nothing, takes up that key's place and returns the entry as
+// confirm placed it, with no keys.
+func (q Queue) put(ctx context.Context, key, value string, lease clientv3.LeaseID, n int64,
+	confirm func(*Entry) func(context.Context, bool) error) (*Entry, *etcdserverpb.RangeResponse, error) {
 	resp, err := q.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
 		clientv3.OpPut(key, value, clientv3.WithLease(lease)),
 		// Within a txn, reads see its writes: our key is the newest, so the
-		// two newest keys are ours and our predecessor's. A sorted range
+		// n newest keys are ours and those just ahead of it. A sorted range
 		// counts every key before the limit: Count is the queue's length.
 		clientv3.OpGet(q.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(n)),
 	).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !resp.Succeeded {
-		return q.rejoin(ctx, resp, func(e *Entry) func(context.Context, bool) error {
-			return func(ctx context.Context, _ bool) error { return q.confirm(ctx, e, true) }
-		})
+		e, err := q.rejoin(ctx, resp, confirm)
+		return e, nil, err
 	}
 	if err := shape(resp, 2); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rr := resp.Responses[1].GetResponseRange()
 	if len(rr.Kvs) == 0 || string(rr.Kvs[0].Key) != key {
-		return nil, fmt.Errorf("revqueue: enqueue %q: own key not newest in queue", key)
+		return nil, nil, fmt.Errorf("revqueue: enqueue %q: own key not newest in queue", key)
 	}
-	e := &Entry{Key: key, Rev: rr.Kvs[0].CreateRevision, readRev: resp.Header.Revision}
-	if len(rr.Kvs) > 1 {
-		// With two keys in the queue, the predecessor is the owner.
-		e.pred, e.predRev, e.predOwner = string(rr.Kvs[1].Key), rr.Kvs[1].CreateRevision, rr.Count == 2
-	}
-	return e, nil
+	return &Entry{Key: key, Rev: rr.Kvs[0].CreateRevision, readRev: resp.Header.Revision}, rr, nil
 }
 
 // TryEnqueue writes key only if the queue is empty, in one txn. When it is

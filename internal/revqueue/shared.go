@@ -63,28 +63,11 @@ func (c Counted) TryAcquire(ctx context.Context, s *Session, value string) (*Ent
 
 // enqueue writes key at the tail and reads the Limit keys ahead of it.
 func (c Counted) enqueue(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, error) {
-	resp, err := c.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
-		clientv3.OpPut(key, value, clientv3.WithLease(lease)),
-		// Our key is the newest: the Limit+1 newest are ours and those
-		// just ahead of it.
-		clientv3.OpGet(c.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(c.Limit)+1)),
-	).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
-	if err != nil {
-		return nil, err
+	e, newest, err := c.put(ctx, key, value, lease, int64(c.Limit)+1, c.confirm)
+	if err != nil || newest == nil {
+		return e, err
 	}
-	if !resp.Succeeded {
-		return c.rejoin(ctx, resp, c.confirm)
-	}
-	if err := shape(resp, 2); err != nil {
-		return nil, err
-	}
-	rr := resp.Responses[1].GetResponseRange()
-	if len(rr.Kvs) == 0 || string(rr.Kvs[0].Key) != key {
-		return nil, fmt.Errorf("revqueue: enqueue %q: own key not newest in queue", key)
-	}
-	e := &Entry{Key: key, Rev: rr.Kvs[0].CreateRevision, readRev: resp.Header.Revision}
-	return e, c.place(e, rr.Kvs[1:], rr.More)
+	return e, c.place(e, newest.Kvs[1:], newest.More)
 }
 
 // confirm returns the full read of where e stands: its key alive, and the
