@@ -24,14 +24,15 @@ import (
 // must fence each other themselves.
 //
 // A writer's release wakes exactly the readers queued behind it, or the one
-// writer next in line; a reader's release wakes at most the writer behind
-// it. An RWMutex holds no state between calls: it is safe for concurrent
-// use.
+// writer next in line. A writer queued behind readers waits for all of them
+// with one watch: their releases, in any order and however many, cost it no
+// request until the last one's, which hands over. An RWMutex holds no state
+// between calls: it is safe for concurrent use.
 type RWMutex struct {
 	s       *Session
 	name    string
 	readers revqueue.Readers
-	writers revqueue.Queue
+	writers revqueue.Writers
 }
 
 // NewRWMutex returns the read-write lock called name on session s. Names
@@ -46,7 +47,7 @@ func NewRWMutex(s *Session, name string) (*RWMutex, error) {
 		return nil, fmt.Errorf("fencing: NewRWMutex: %w", err)
 	}
 	q := revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindRWLock), name), Latency: s.link.Latency}
-	return &RWMutex{s: s, name: name, readers: revqueue.NewReaders(q), writers: revqueue.Writers(q)}, nil
+	return &RWMutex{s: s, name: name, readers: revqueue.NewReaders(q), writers: revqueue.NewWriters(q)}, nil
 }
 
 // Name returns the lock's name.

@@ -227,3 +227,80 @@ func TestRWMutexExclusionUnderFaults(t *testing.T) {
 	})
 	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(rwKeys(t, c, name)) == 0 })
 }
+
+// A writer behind readers waits on all of them with one watch: their
+// releases, newest first (each one the recipe's writer would re-read and
+// re-watch after), cost it no request until the last, which hands over.
+// A reader that gives up while an older writer holds does not let it in.
+func TestRWMutexWriterBehindReaders(t *testing.T) {
+	c := etcdtest.Single(t)
+	cli := c.Client(t)
+	ctx := etcdtest.Context(t, wait)
+	const n = 12
+	queued := func(want int) {
+		t.Helper()
+		etcdtest.WaitFor(t, wait, fmt.Sprintf("%d keys queued", want), func() bool { return len(rwKeys(t, c, "behind")) == want })
+	}
+	first, err := newRWMutex(t, newSession(t, cli), "behind").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers := newRWMutex(t, newSession(t, cli), "behind")
+	waiting := make([]<-chan result, n+1)
+	giveUp, cancel := context.WithCancel(ctx)
+	for i := range waiting {
+		lctx := ctx
+		if i == n {
+			lctx = giveUp
+		}
+		waiting[i] = goLock(lctx, readers.RLock)
+		queued(i + 2)
+	}
+	var ctr etcdtest.Counter
+	writer := goLock(ctx, newRWMutex(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr))), "behind").Lock)
+	queued(n + 3)
+	etcdtest.WaitFor(t, wait, "the writer's watch", func() bool { return ctr.Requests("Watch") > 0 })
+	cancel()
+	if r := <-waiting[n]; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the reader that gave up: %v, %v", r.h, r.err)
+	}
+	queued(n + 2)
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := make([]*fencing.Hold, n)
+	for i := range held {
+		held[i] = received(t, waiting[i], fmt.Sprintf("reader %d", i))
+	}
+	pending(t, writer, "the writer, with readers in")
+	kv := func() int {
+		return ctr.Requests("Txn") + ctr.Requests("Range") + ctr.Requests("DeleteRange") + ctr.Requests("Put") + ctr.Requests("Watch")
+	}
+	before := kv()
+	for i := n - 1; i > 0; i-- {
+		if err := held[i].Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		queued(i + 1)
+	}
+	if got := kv() - before; got != 0 {
+		t.Errorf("the writer sent %d requests while %d of the readers ahead released, newest first; want 0 (%v)", got, n-1, &ctr)
+	}
+	pending(t, writer, "the writer, with one reader in")
+	if err := held[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := received(t, writer, "the writer")
+	if got := kv() - before; got > 2 {
+		t.Errorf("the writer sent %d requests to take over from the last reader; want at most 2 (a read, a watch cancel): %v", got, &ctr)
+	}
+	for _, r := range held {
+		if w.Token().Compare(r.Token()) <= 0 {
+			t.Errorf("write token %v not above earlier read token %v", w.Token(), r.Token())
+		}
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	queued(0)
+}

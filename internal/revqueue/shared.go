@@ -127,21 +127,24 @@ func (c Counted) until(e *Entry) func(ctx context.Context) (bool, error) {
 		if len(e.ahead) == 1 {
 			return c.waitDeleted(ctx, e.ahead[0].key, e.ahead[0].rev, e.readRev, e.puts)
 		}
-		return c.waitAny(ctx, e)
+		// The first waiter alone watches the owners: the end of any admits it.
+		return c.waitEnds(ctx, e, "", true)
 	}
 }
 
-// waitAny returns once any of e.ahead was deleted after e.readRev (sure),
-// or once a watch failure leaves it open. One watch of the prefix, deletes
-// only: the first waiter alone watches the owners.
-func (c Counted) waitAny(ctx context.Context, e *Entry) (sure bool, err error) {
+// waitEnds returns once the lives in e.ahead ended after e.readRev (sure):
+// any one of them when any is set, else all of them; or once a watch
+// failure leaves the question open. One watch of the keys under Prefix+dir,
+// deletes only: ends are counted here, with no request until the last.
+func (q Queue) waitEnds(ctx context.Context, e *Entry, dir string, any bool) (sure bool, err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	ahead := map[string]bool{}
+	left := make(map[string]bool, len(e.ahead))
 	for _, t := range e.ahead {
-		ahead[t.key] = true
+		left[t.key] = true
 	}
-	wch := c.Client.Watch(wctx, c.Prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	ended := func() bool { return len(left) < len(e.ahead) && (any || len(left) == 0) }
+	wch := q.Client.Watch(wctx, q.Prefix+dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	for resp := range wch {
 		if resp.Canceled || resp.Err() != nil {
 			break
@@ -150,42 +153,44 @@ func (c Counted) waitAny(ctx context.Context, e *Entry) (sure bool, err error) {
 			if resp.Header.Revision <= e.readRev {
 				continue
 			}
-			// The gap since the read: nothing can join ahead of e, so an
-			// owner is gone iff fewer keys are ahead than there were.
+			// The gap since the read: nothing can join ahead of e, so a
+			// life ahead is over iff it is not among the keys ahead now.
 			var g *clientv3.GetResponse
-			err := retry.Attempt(ctx, ctx, c.Latency, 0, func(ctx context.Context) (err error) {
-				g, err = c.Client.Get(ctx, c.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev-1))
+			err := retry.Attempt(ctx, ctx, q.Latency, 0, func(ctx context.Context) (err error) {
+				g, err = q.Client.Get(ctx, q.Prefix+dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev-1))
 				return err
 			})
 			if err != nil {
 				return false, err
 			}
-			if !all(e.ahead, g.Kvs) {
-				return true, nil
+			live := lives(g.Kvs)
+			for _, t := range e.ahead {
+				if !live[t] {
+					delete(left, t.key)
+				}
 			}
-			continue
 		}
 		for _, ev := range resp.Events {
-			if ahead[string(ev.Kv.Key)] && ev.Kv.ModRevision > e.readRev {
-				return true, nil
+			// A watch made on a member that lags may first deliver the
+			// delete of an earlier life of a key, before readRev.
+			if ev.Kv.ModRevision > e.readRev {
+				delete(left, string(ev.Kv.Key))
 			}
+		}
+		if ended() {
+			return true, nil
 		}
 	}
 	return false, ctx.Err()
 }
 
-// all reports whether every life of ts is among kvs.
-func all(ts []target, kvs []*mvccpb.KeyValue) bool {
+// lives is the set of the lives of kvs.
+func lives(kvs []*mvccpb.KeyValue) map[target]bool {
 	live := make(map[target]bool, len(kvs))
 	for _, kv := range kvs {
 		live[target{string(kv.Key), kv.CreateRevision}] = true
 	}
-	for _, t := range ts {
-		if !live[t] {
-			return false
-		}
-	}
-	return true
+	return live
 }
 
 // touch puts e's key again, unchanged, while it is e's, so that a waiter
@@ -246,10 +251,6 @@ func (c Counted) try(ctx context.Context, key, value string, lease clientv3.Leas
 // queued together enter together, and a queued writer holds back the
 // readers behind it. A reader waits on the newest writer ahead of it: a
 // writer's release wakes exactly the readers queued behind it.
-//
-// Writers are a Queue over the whole Prefix with KeyDir "w/": a writer owns
-// once no key at all is older, and waits on its direct predecessor, as a
-// mutex's waiter does.
 type Readers struct{ Queue }
 
 // NewReaders returns the readers' side of the read-write lock whose keys
@@ -259,11 +260,83 @@ func NewReaders(q Queue) Readers {
 	return Readers{q}
 }
 
-// Writers returns the writers' side of the read-write lock whose keys are
-// under prefix.
-func Writers(q Queue) Queue {
+// Writers is the writers' side of the read-write lock whose keys are under
+// Prefix (see Readers): a writer owns once no key at all is older. Behind a
+// writer it waits on that writer, as a mutex's waiter does. Behind readers
+// it waits on all the readers queued since the writer ahead of them, with
+// one watch, counting their ends itself: their releases, in any order and
+// however many, cost it no request until the last.
+type Writers struct{ Queue }
+
+// NewWriters returns the writers' side of the read-write lock whose keys
+// are under prefix.
+func NewWriters(q Queue) Writers {
 	q.KeyDir = "w/"
-	return q
+	return Writers{q}
+}
+
+// Acquire is Queue.Acquire under the writers' rule.
+func (w Writers) Acquire(ctx context.Context, s *Session, value string) (*Entry, error) {
+	return w.acquire(ctx, s, value, w.enqueue, func(ctx context.Context, e *Entry, lost context.Context) error {
+		return w.wait(ctx, e, lost, func(ctx context.Context) (bool, error) {
+			if e.ahead != nil {
+				return w.waitEnds(ctx, e, "r/", false)
+			}
+			return w.waitDeleted(ctx, e.pred, e.predRev, e.readRev, false)
+		}, w.confirm(e))
+	})
+}
+
+// enqueue writes key and reads its predecessor: a writer it waits on, or a
+// reader, behind which it reads where it stands.
+func (w Writers) enqueue(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, error) {
+	e, newest, err := w.put(ctx, key, value, lease, 2, w.confirm)
+	if err != nil || newest == nil || len(newest.Kvs) < 2 {
+		return e, err
+	}
+	if pred := newest.Kvs[1]; strings.HasPrefix(string(pred.Key), w.Prefix+w.KeyDir) {
+		// With two keys in the queue, the predecessor is the owner.
+		e.pred, e.predRev, e.predOwner = string(pred.Key), pred.CreateRevision, newest.Count == 2
+		return e, nil
+	}
+	return e, w.confirm(e)(ctx, false)
+}
+
+// confirm reads where e stands: its key alive, the newest writer ahead and
+// every reader ahead. When the writer just gone was the owner, nothing can
+// be ahead any more: only e's own key is checked.
+func (w Writers) confirm(e *Entry) func(ctx context.Context, sure bool) error {
+	return func(ctx context.Context, sure bool) error {
+		if sure && e.predOwner {
+			e.predOwner = false
+			return w.own(ctx, e)
+		}
+		resp, err := w.read(ctx, e, newestWriter(w.Prefix, e.Rev),
+			clientv3.OpGet(w.Prefix+"r/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev-1)))
+		if err != nil {
+			return err
+		}
+		w.place(e, first(resp.Responses[0].GetResponseRange().Kvs), resp.Responses[1].GetResponseRange().Kvs)
+		return nil
+	}
+}
+
+// place sets what e waits on: the readers queued after the newest writer
+// ahead of it, or else that writer.
+func (w Writers) place(e *Entry, writer *mvccpb.KeyValue, readers []*mvccpb.KeyValue) {
+	e.pred, e.predOwner, e.ahead, e.puts, e.fast = "", false, nil, false, false
+	var run []*mvccpb.KeyValue
+	for _, kv := range readers {
+		if writer == nil || kv.CreateRevision > writer.CreateRevision {
+			run = append(run, kv)
+		}
+	}
+	switch {
+	case len(run) > 0:
+		e.ahead = targets(run)
+	case writer != nil:
+		e.pred, e.predRev = string(writer.Key), writer.CreateRevision
+	}
 }
 
 // Acquire is Queue.Acquire under the readers' rule.
@@ -305,20 +378,21 @@ func (r Readers) TryAcquire(ctx context.Context, s *Session, value string) (*Ent
 
 func (r Readers) writers() string { return r.Prefix + "w/" }
 
-// newestWriter reads the newest writer's key, older than rev when rev > 0.
-func (r Readers) newestWriter(rev int64) clientv3.Op {
+// newestWriter reads the newest writer's key of the read-write lock under
+// prefix, older than rev when rev > 0.
+func newestWriter(prefix string, rev int64) clientv3.Op {
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)}
 	if rev > 0 {
 		opts = append(opts, clientv3.WithMaxCreateRev(rev-1))
 	}
-	return clientv3.OpGet(r.writers(), opts...)
+	return clientv3.OpGet(prefix+"w/", opts...)
 }
 
 // enqueue writes key and reads the newest writer, which is ahead of it.
 func (r Readers) enqueue(ctx context.Context, key, value string, lease clientv3.LeaseID) (*Entry, error) {
 	resp, err := r.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
-		clientv3.OpPut(key, value, clientv3.WithLease(lease)), clientv3.OpGet(key, clientv3.WithKeysOnly()), r.newestWriter(0),
+		clientv3.OpPut(key, value, clientv3.WithLease(lease)), clientv3.OpGet(key, clientv3.WithKeysOnly()), newestWriter(r.Prefix, 0),
 	).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return nil, err
@@ -341,7 +415,7 @@ func (r Readers) enqueue(ctx context.Context, key, value string, lease clientv3.
 // confirm reads where e stands: its key alive, and the newest writer ahead.
 func (r Readers) confirm(e *Entry) func(ctx context.Context, sure bool) error {
 	return func(ctx context.Context, _ bool) error {
-		resp, err := r.read(ctx, e, r.newestWriter(e.Rev))
+		resp, err := r.read(ctx, e, newestWriter(r.Prefix, e.Rev))
 		if err != nil {
 			return err
 		}
