@@ -1,9 +1,13 @@
-// Command inspect shows who holds each lock or leads each election, and who
-// waits, as read from etcd: the owner first, then the waiters in the order
-// they will own, with each one's identity, lease and lease time left.
+// Command inspect shows who holds each lock, semaphore permit or read-write
+// lock, or leads each election, and who waits, as read from etcd: the
+// holders first, then the waiters in the order they will hold, with each
+// one's identity, lease and lease time left. A semaphore's line gives its
+// limit, permits in use and waiters; a read-write lock's, the readers in
+// (or the writer) and the waiters, each row saying reader or writer.
 //
 //	inspect --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem jobs/billing
 //	inspect --endpoints 127.0.0.1:2379 --kind election leader-example
+//	inspect --endpoints 127.0.0.1:2379 --kind semaphore migrations
 //	inspect --endpoints 127.0.0.1:2379 --prefix jobs/ -o json
 //	inspect --endpoints 127.0.0.1:2379 --watch jobs/billing
 //	inspect --endpoints 127.0.0.1:2379 --group jobs [--watch] [-o json]
@@ -36,7 +40,7 @@
 // naming each endpoint and why. When NAME is free as the kind asked for
 // (lock, unless --kind) but held or led as the other kind, inspect says so
 // on stderr ("no lock named X; an election named X has a leader (...): use
-// --kind election"). -v logs debug detail on stderr. Exit status: 0; 1 when
+// --kind election"), and likewise for a semaphore or read-write lock. -v logs debug detail on stderr. Exit status: 0; 1 when
 // etcd cannot be reached or read; 2 for a bad command line; --help exits 0.
 package main
 
@@ -46,6 +50,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
@@ -78,7 +83,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		"usage: inspect [--endpoints E] [TLS flags] [--kind K] [-o table|json] [--watch] NAME | --prefix P",
 		"       inspect [--endpoints E] [TLS flags] [-o table|json] [--watch] --group G",
 		"       inspect --explain [--ttl D] [--margin D]")
-	fs.StringVar(&c.kind, "kind", "", `"lock" or "election"; unset: lock for NAME, both for --prefix`)
+	fs.StringVar(&c.kind, "kind", "", `"lock", "election", "semaphore" or "rwlock"; unset: lock for NAME, all for --prefix`)
 	fs.StringVar(&c.prefix, "prefix", "", "show every queue whose name starts with this, instead of NAME")
 	fs.StringVar(&c.group, "group", "", "show this election.RunGroup group's replicas and names, instead of NAME")
 	fs.StringVar(&c.root, "root", fencing.DefaultRoot, "the key prefix the services pass to fencing.WithRoot")
@@ -112,8 +117,8 @@ func (c *config) check(fs *flag.FlagSet, names []string) error {
 		return errors.New("--kind does not go with --group: a group's names are elections")
 	case c.output != "table" && c.output != "json":
 		return fmt.Errorf("-o %q: want table or json", c.output)
-	case c.kind != "" && c.kind != string(fencing.KindLock) && c.kind != string(fencing.KindElection):
-		return fmt.Errorf("--kind %q: want lock or election", c.kind)
+	case c.kind != "" && !slices.Contains(kinds, fencing.Kind(c.kind)):
+		return fmt.Errorf("--kind %q: want lock, election, semaphore or rwlock", c.kind)
 	case c.conn.Endpoints == "":
 		return fmt.Errorf("no endpoints\n%s", howToConnect)
 	}
@@ -139,6 +144,9 @@ func (c *config) check(fs *flag.FlagSet, names []string) error {
 	}
 	return nil
 }
+
+// kinds are the kinds of queue --kind names.
+var kinds = []fencing.Kind{fencing.KindLock, fencing.KindElection, fencing.KindSemaphore, fencing.KindRWLock}
 
 // count is 1 for true, 0 for false.
 func count(b bool) int {
@@ -240,22 +248,30 @@ func once(ctx context.Context, cli *clientv3.Client, c config, s *screen, stderr
 }
 
 // hintOtherKind prints, for a NAME free as c.kind, who holds or leads it
-// as the other kind, if anyone: "no lock named X; an election named X has a
+// as another kind, if anyone: "no lock named X; an election named X has a
 // leader ("v"): use --kind election". It is only a hint: a failed read
 // prints nothing.
 func hintOtherKind(ctx context.Context, cli *clientv3.Client, c config, stderr io.Writer) {
-	other, has := fencing.KindElection, "an election named %q has a leader (%s)"
-	if fencing.Kind(c.kind) == fencing.KindElection {
-		other, has = fencing.KindLock, "a lock named %q is held (by %s)"
-	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	q, err := inspect.Read(ctx, cli, c.root, other, c.name)
-	owner, ok := q.Owner()
-	if err != nil || !ok {
+	for _, other := range kinds {
+		if other == fencing.Kind(c.kind) {
+			continue
+		}
+		q, err := inspect.Read(ctx, cli, c.root, other, c.name)
+		owner, ok := q.Owner()
+		if err != nil || !ok {
+			continue
+		}
+		has := map[fencing.Kind]string{
+			fencing.KindLock:      "a lock named %q is held (by %s)",
+			fencing.KindElection:  "an election named %q has a leader (%s)",
+			fencing.KindSemaphore: "a semaphore named %q is held (by %s, first)",
+			fencing.KindRWLock:    "a read-write lock named %q is held (by %s, first)",
+		}[other]
+		fmt.Fprintf(stderr, "inspect: no %s named %q; "+has+": use --kind %s\n", c.kind, c.name, c.name, printable(owner.Value), other)
 		return
 	}
-	fmt.Fprintf(stderr, "inspect: no %s named %q; "+has+": use --kind %s\n", c.kind, c.name, c.name, printable(owner.Value), other)
 }
 
 // read returns the queues the command line asks for.

@@ -436,3 +436,96 @@ func TestWatchGroupRedrawsOnJoin(t *testing.T) {
 		t.Fatalf("watch exit %d:\n%s", code, out.String())
 	}
 }
+
+// A semaphore shows its limit, permits in use and waiters; a read-write
+// lock its readers in and waiting writer; each in the table (the program
+// as a user runs it) and in JSON, and a hint names the kind a free NAME
+// is held as.
+func TestShowsSemaphoreAndRWLock(t *testing.T) {
+	c := etcdtest.Single(t)
+	hold := func(name string, kind fencing.Kind, n int, id string, acquire func(*fencing.Session) func(context.Context) (*fencing.Hold, error)) {
+		t.Helper()
+		lock := acquire(fencingtest.Session(t, c.Client(t), fencing.WithIdentity(id)))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if h, err := lock(t.Context()); err == nil {
+				<-t.Context().Done()
+				h.Unlock(context.Background())
+			}
+		}()
+		t.Cleanup(func() { <-done })
+		prefix, err := inspect.KeyPrefix(fencing.DefaultRoot, kind, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		etcdtest.WaitFor(t, fencingtest.Wait, id+" to queue", func() bool { return len(c.Keys(t, prefix)) == n })
+	}
+	sem := func(s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
+		m, err := fencing.NewSemaphore(s, "migrations", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Acquire
+	}
+	rw := func(write bool) func(s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
+		return func(s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
+			m, err := fencing.NewRWMutex(s, "table")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if write {
+				return m.Lock
+			}
+			return m.RLock
+		}
+	}
+	for i, id := range []string{"mig-1", "mig-2", "mig-3"} {
+		hold("migrations", fencing.KindSemaphore, i+1, id, sem)
+	}
+	for i, id := range []string{"reader-1", "reader-2", "writer-1", "reader-3"} {
+		hold("table", fencing.KindRWLock, i+1, id, rw(strings.HasPrefix(id, "writer")))
+	}
+	ep := c.Endpoints()[0]
+	code, out, stderr := progtest.Run(t, time.Minute, nil, "--endpoints", ep, "--kind", "semaphore", "migrations")
+	if code != 0 || !strings.Contains(out, `semaphore "migrations"`) || !strings.Contains(out, "limit 2, 2 in use, 1 waiting") {
+		t.Fatalf("semaphore: exit %d\n%s\n%s", code, out, stderr)
+	}
+	rows := func(out string, want ...string) {
+		t.Helper()
+		var got []string
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(l, "  ") && f[0] != "ROLE" {
+				got = append(got, strings.Join(f[:len(f)-4], " ")+" "+f[len(f)-3])
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("rows:\n%s\nwant:\n%s\noutput:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), out)
+		}
+	}
+	rows(out, `holder "mig-1"`, `holder "mig-2"`, `waiter "mig-3"`)
+	code, out, stderr = progtest.Run(t, time.Minute, nil, "--endpoints", ep, "--kind", "rwlock", "table")
+	if code != 0 || !strings.Contains(out, "2 readers in, 2 waiting") {
+		t.Fatalf("rwlock: exit %d\n%s\n%s", code, out, stderr)
+	}
+	rows(out, `reader "reader-1"`, `reader "reader-2"`, `waiting writer "writer-1"`, `waiting reader "reader-3"`)
+
+	code, out, stderr = runInspect(t, "--endpoints", ep, "--prefix", "", "-o", "json")
+	var qs []inspect.Queue
+	if err := json.Unmarshal([]byte(out), &qs); code != 0 || err != nil || len(qs) != 2 {
+		t.Fatalf("JSON: exit %d, %v\n%s\n%s", code, err, out, stderr)
+	}
+	if q := qs[1]; q.Kind != fencing.KindSemaphore || q.Limit != 2 || len(q.Holders()) != 2 || len(q.Waiters()) != 1 {
+		t.Errorf("semaphore in JSON: %+v", q)
+	}
+	if q := qs[0]; q.Kind != fencing.KindRWLock || len(q.Holders()) != 2 || q.Waiters()[0].Mode != "write" {
+		t.Errorf("read-write lock in JSON: %+v", q)
+	}
+	want := `inspect: no lock named "migrations"; a semaphore named "migrations" is held (by "mig-1", first): use --kind semaphore`
+	if code, _, stderr := runInspect(t, "--endpoints", ep, "migrations"); code != 0 || !strings.Contains(stderr, want) {
+		t.Errorf("hint: exit %d, stderr:\n%s\nwant: %s", code, stderr, want)
+	}
+	if code, _, stderr := runInspect(t, "--endpoints", ep, "--kind", "queue", "x"); code != 2 || !strings.Contains(stderr, "semaphore or rwlock") {
+		t.Errorf("--kind queue: exit %d\n%s", code, stderr)
+	}
+}

@@ -37,7 +37,7 @@ func newScreen(w io.Writer, output string, log *slog.Logger) *screen {
 func (s *screen) draw(qs []inspect.Queue, now time.Time) error {
 	return s.frame(qs, now, func(b *strings.Builder) {
 		if len(qs) == 0 {
-			b.WriteString("no locks or elections held or awaited\n")
+			b.WriteString("nothing held or awaited\n")
 		}
 		for _, q := range qs {
 			table(b, q)
@@ -79,27 +79,52 @@ func (s *screen) problem(err error) {
 	fmt.Fprintf(s.w, "(could not read etcd: %v)\n", err)
 }
 
-// table prints one queue: the owner first, then the waiters in order.
+// table prints one queue: the holders first, then the waiters in order.
 func table(b *strings.Builder, q inspect.Queue) {
 	fmt.Fprintf(b, "\n%s %q at revision %d: ", q.Kind, q.Name, q.Revision)
 	if len(q.Entries) == 0 {
 		b.WriteString("free\n")
 		return
 	}
-	fmt.Fprintf(b, "%d waiting\n", len(q.Entries)-1)
+	waiting := len(q.Waiters())
+	switch q.Kind {
+	case fencing.KindSemaphore:
+		fmt.Fprintf(b, "limit %d, %d in use, %d waiting\n", q.Limit, len(q.Holders()), waiting)
+	case fencing.KindRWLock:
+		if o, _ := q.Owner(); o.Mode == "write" {
+			fmt.Fprintf(b, "a writer in, %d waiting\n", waiting)
+		} else {
+			fmt.Fprintf(b, "%d readers in, %d waiting\n", len(q.Holders()), waiting)
+		}
+	default:
+		fmt.Fprintf(b, "%d waiting\n", waiting)
+	}
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ROLE\tTOKEN\tVALUE\tLEASE\tTTL LEFT")
-	for i, e := range q.Entries {
-		role := "waiter"
-		if i == 0 {
-			role = map[fencing.Kind]string{fencing.KindElection: "leader"}[q.Kind]
-			if role == "" {
-				role = "owner"
-			}
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%x\t%s\n", role, e.Token, printable(e.Value), int64(e.Lease), ttl(e))
+	for _, e := range q.Entries {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%x\t%s\n", role(q.Kind, e), e.Token, printable(e.Value), int64(e.Lease), ttl(e))
 	}
 	tw.Flush()
+}
+
+// role names what an entry is to its queue: owner, leader, holder (of a
+// semaphore's permit), reader or writer (in), or waiter (a waiting reader
+// or writer, for a read-write lock).
+func role(kind fencing.Kind, e inspect.Entry) string {
+	who := map[string]string{"read": "reader", "write": "writer"}[e.Mode]
+	switch {
+	case who != "" && !e.Holds:
+		return "waiting " + who
+	case who != "":
+		return who
+	case !e.Holds:
+		return "waiter"
+	case kind == fencing.KindElection:
+		return "leader"
+	case kind == fencing.KindSemaphore:
+		return "holder"
+	}
+	return "owner"
 }
 
 // groupTable prints a group: a summary, its replicas in the order they

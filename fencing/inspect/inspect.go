@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
@@ -60,13 +61,17 @@ func SubtreePrefix(root, namePrefix string) (string, error) {
 	return root + namePrefix, nil
 }
 
-// Queue is the state of one lock or election as Read found it: its keys in
-// order, the owner first.
+// Queue is the state of one lock, election, semaphore or read-write lock
+// as Read found it: its keys in create revision order, which is the order
+// they hold in; the oldest holds under every kind.
 type Queue struct {
 	Kind     fencing.Kind `json:"kind"`
 	Name     string       `json:"name"`
 	Revision int64        `json:"revision"` // etcd revision of the read
-	Entries  []Entry      `json:"entries"`  // owner first; empty when free
+	Entries  []Entry      `json:"entries"`  // oldest first; empty when free
+	// Limit is a semaphore's number of permits, as its oldest key records
+	// it; 0 for the other kinds.
+	Limit int `json:"limit,omitempty"`
 }
 
 // Entry is one key of a queue: the owner, or a waiter.
@@ -89,6 +94,16 @@ type Entry struct {
 	// Expired says the lease was gone when its TTL was read: the key is
 	// being deleted, and its holder no longer owns anything.
 	Expired bool `json:"expired"`
+	// Holds says the entry held at the read's revision, by its kind's
+	// rule: a lock's or election's oldest key; a semaphore's Limit oldest
+	// (a key queued with another limit, and every key behind it, holds
+	// nothing: their calls fail with fencing.ErrLimitMismatch); a
+	// read-write lock's oldest key if a writer's, and every reader's key
+	// older than all writers'. The others wait, in order.
+	Holds bool `json:"holds"`
+	// Mode is "read" or "write" for a read-write lock's entry, "" for the
+	// other kinds.
+	Mode string `json:"mode,omitempty"`
 }
 
 // entryJSON is Entry with its lease in hex.
@@ -133,7 +148,8 @@ func parseLease(s string) (clientv3.LeaseID, error) {
 }
 
 // Owner returns the queue's first entry, which owns the lock or leads the
-// election, and false when the queue is empty.
+// election (and holds a semaphore's permit or a read-write lock, as the
+// oldest key), and false when the queue is empty.
 func (q Queue) Owner() (Entry, bool) {
 	if len(q.Entries) == 0 {
 		return Entry{}, false
@@ -141,13 +157,57 @@ func (q Queue) Owner() (Entry, bool) {
 	return q.Entries[0], true
 }
 
-// Read returns the queue of the lock (fencing.KindLock) or election
-// (fencing.KindElection) called name under root, in one linearizable read of
+// Holders returns the entries that held at the read's revision (see
+// Entry.Holds), oldest first.
+func (q Queue) Holders() []Entry { return q.pick(true) }
+
+// Waiters returns the entries that waited at the read's revision, in the
+// order they were queued.
+func (q Queue) Waiters() []Entry { return q.pick(false) }
+
+func (q Queue) pick(holds bool) []Entry {
+	var es []Entry
+	for _, e := range q.Entries {
+		if e.Holds == holds {
+			es = append(es, e)
+		}
+	}
+	return es
+}
+
+// roles sets each entry's Holds and Mode, and a semaphore's Limit, from
+// its keys under prefix.
+func (q *Queue) roles(prefix string) {
+	writerAhead, mixed := false, false
+	for i := range q.Entries {
+		e := &q.Entries[i]
+		dir, _, _ := strings.Cut(strings.TrimPrefix(e.Key, prefix), "/")
+		switch q.Kind {
+		case fencing.KindSemaphore:
+			limit, _ := strconv.Atoi(dir)
+			if i == 0 {
+				q.Limit = limit
+			}
+			mixed = mixed || limit != q.Limit
+			e.Holds = !mixed && i < limit
+		case fencing.KindRWLock:
+			e.Mode = map[string]string{"r": "read", "w": "write"}[dir]
+			e.Holds = i == 0 || e.Mode == "read" && !writerAhead
+			writerAhead = writerAhead || e.Mode == "write"
+		default:
+			e.Holds = i == 0
+		}
+	}
+}
+
+// Read returns the queue of the lock (fencing.KindLock), election
+// (fencing.KindElection), semaphore (fencing.KindSemaphore) or read-write
+// lock (fencing.KindRWLock) called name under root, in one linearizable read of
 // its keys followed by one TimeToLive per lease. It writes nothing. A bad
 // argument returns fencing.ErrInvalidArgument, a bad name
 // fencing.ErrInvalidName.
 func Read(ctx context.Context, cli *clientv3.Client, root string, kind fencing.Kind, name string) (Queue, error) {
-	err := usable(ctx, cli, root, kind, fencing.KindLock, fencing.KindElection)
+	err := usable(ctx, cli, root, kind, queueKinds...)
 	if err == nil {
 		err = keyspace.ValidateName(name)
 	}
@@ -164,12 +224,12 @@ func Read(ctx context.Context, cli *clientv3.Client, root string, kind fencing.K
 	return qs[0], nil
 }
 
-// ReadPrefix returns, sorted by kind then name, the queue of every lock and
-// election under root whose name starts with namePrefix ("" for all), or
-// only those of one kind when kind is not "". Free locks have no keys and
-// are not listed.
+// ReadPrefix returns, sorted by kind then name, the queue of every lock,
+// election, semaphore and read-write lock under root whose name starts with
+// namePrefix ("" for all), or only those of one kind when kind is not "".
+// Free locks have no keys and are not listed.
 func ReadPrefix(ctx context.Context, cli *clientv3.Client, root string, kind fencing.Kind, namePrefix string) ([]Queue, error) {
-	err := usable(ctx, cli, root, kind, "", fencing.KindLock, fencing.KindElection)
+	err := usable(ctx, cli, root, kind, append([]fencing.Kind{""}, queueKinds...)...)
 	if err == nil {
 		err = keyspace.ValidatePrefix(namePrefix)
 	}
@@ -179,6 +239,9 @@ func ReadPrefix(ctx context.Context, cli *clientv3.Client, root string, kind fen
 	qs, _, err := inspect(ctx, cli, root, root+namePrefix, kind)
 	return qs, err
 }
+
+// queueKinds are the kinds whose keys form a queue that Read shows.
+var queueKinds = []fencing.Kind{fencing.KindLock, fencing.KindElection, fencing.KindSemaphore, fencing.KindRWLock}
 
 // check validates a root, and a kind among those the caller accepts ("" for
 // any kind, when it accepts that): Read would find no queue of a group, and
@@ -229,7 +292,7 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 	var qs []*Queue
 	for _, kv := range resp.Kvs {
 		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
-		if !ok || (kind != string(fencing.KindLock) && kind != string(fencing.KindElection)) || (only != "" && kind != string(only)) {
+		if !ok || !slices.Contains(queueKinds, fencing.Kind(kind)) || (only != "" && kind != string(only)) {
 			continue // not a queue key: someone else's, under the root
 		}
 		q := byName[kind+keyspace.Sep+name]
@@ -243,6 +306,7 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 	slices.SortFunc(qs, func(a, b *Queue) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
 	out := make([]Queue, len(qs))
 	for i, q := range qs {
+		q.roles(keyspace.Prefix(root, string(q.Kind), q.Name))
 		out[i] = *q
 	}
 	return out, resp.Header.Revision, nil

@@ -199,3 +199,80 @@ func TestEntryJSON(t *testing.T) {
 		t.Error("a lease that is not hex was accepted")
 	}
 }
+
+// A semaphore shows its limit, its holders (the limit oldest keys) and its
+// waiters; a key queued with another limit holds nothing. A read-write
+// lock shows each key's mode: readers ahead of every writer hold, the
+// writer and the readers behind it wait.
+func TestReadShowsSemaphoreAndRWLock(t *testing.T) {
+	c := etcdtest.Single(t)
+	ctx := etcdtest.Context(t, wait)
+	s := newSession(t, c.Client(t))
+	queue := func(kind fencing.Kind, name string, n int, acquire func(context.Context) (*fencing.Hold, error)) {
+		t.Helper()
+		go acquire(t.Context())
+		p, err := inspect.KeyPrefix(root, kind, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		etcdtest.WaitFor(t, wait, name+" queued", func() bool { return len(c.Keys(t, p)) == n })
+	}
+	sem := func(limit int) *fencing.Semaphore {
+		m, err := fencing.NewSemaphore(s, "slots", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for i := range 3 {
+		queue(fencing.KindSemaphore, "slots", i+1, sem(2).Acquire)
+	}
+	// A key of another limit, as a process with another limit writes it
+	// (its call would fail at once, and remove it).
+	p, err := inspect.KeyPrefix(root, fencing.KindSemaphore, "slots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Admin.Put(ctx, p+"5/0-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := fencing.NewRWMutex(s, "table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, lock := range []func(context.Context) (*fencing.Hold, error){rw.RLock, rw.RLock, rw.Lock, rw.RLock} {
+		queue(fencing.KindRWLock, "table", i+1, lock)
+	}
+	qs, err := inspect.ReadPrefix(ctx, c.Admin, root, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 2 || qs[0].Kind != fencing.KindRWLock || qs[1].Kind != fencing.KindSemaphore {
+		t.Fatalf("ReadPrefix = %+v", qs)
+	}
+	rwq, sq := qs[0], qs[1]
+	if len(rwq.Holders()) != 2 || len(rwq.Waiters()) != 2 || rwq.Limit != 0 {
+		t.Errorf("read-write lock: %d holders, %d waiters, limit %d; want 2, 2, 0", len(rwq.Holders()), len(rwq.Waiters()), rwq.Limit)
+	}
+	for i, e := range rwq.Entries {
+		if want := []string{"read", "read", "write", "read"}[i]; e.Mode != want || e.Holds != (i < 2) {
+			t.Errorf("read-write lock entry %d: mode %q holds %v; want %q %v", i, e.Mode, e.Holds, want, i < 2)
+		}
+	}
+	if sq.Limit != 2 || len(sq.Entries) != 4 || len(sq.Holders()) != 2 || len(sq.Waiters()) != 2 {
+		t.Errorf("semaphore: limit %d, %d entries, %d holders; want 2, 4, 2", sq.Limit, len(sq.Entries), len(sq.Holders()))
+	}
+	for _, e := range sq.Entries {
+		if e.Mode != "" {
+			t.Errorf("semaphore entry with mode %q", e.Mode)
+		}
+	}
+	b, err := json.Marshal(qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []inspect.Queue
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, qs) {
+		t.Fatalf("JSON round trip: %v\n%+v\n%+v", err, qs, back)
+	}
+}
