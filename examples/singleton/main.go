@@ -26,6 +26,23 @@
 // exits, with any status, it is started again after a backoff, on whichever
 // replica then leads its name. Every guarantee below holds for each name.
 //
+// # At most N copies: --permits
+//
+//	singleton --name migrations --permits 3 --endpoints ... -- ./migrate.sh
+//
+// runs the command on at most N replicas at once: each takes one of the N
+// permits of the semaphore NAME (fencing.Semaphore, first come first
+// served) and runs one copy under it, with LEASEHOLD_TOKEN the permit's
+// token. What follows holds for each permit as for the single copy: the
+// process group, the keeper and its deadline, and a running record per
+// permit (leasehold/NAME#singleton/0 to /N-1; a new holder starts only
+// once it has claimed one, so N records bound the commands whatever
+// happened to the runners). Every replica of a name must give the same
+// --permits: a replica with another N exits 1 (fencing.ErrLimitMismatch)
+// rather than enforce another limit, and one started with --permits while
+// others run NAME without it (or the reverse) exits 1 too. To change N,
+// stop every replica of the name, then start them with the new N.
+//
 // # The guarantee: at most one copy of the command, anywhere, at any moment
 //
 // The command runs in a process group of its own, under a small keeper
@@ -90,16 +107,18 @@ func main() {
 }
 
 type config struct {
-	conn  connect.Config
-	name  string
-	group string   // --group: run one command per name of names, balanced
-	names []string // --names, split
-	ttl   time.Duration
-	grace time.Duration
-	argv  []string
+	conn       connect.Config
+	name       string
+	group      string   // --group: run one command per name of names, balanced
+	permits    int      // --permits: up to this many copies of the command at once; 0: one, under an election
+	permitsSet bool     // --permits was given: 0 is then a mistake
+	names      []string // --names, split
+	ttl        time.Duration
+	grace      time.Duration
+	argv       []string
 }
 
-const usage = `usage: singleton --name NAME [--ttl D] [--grace D] [connection flags] [-v] -- command [args...]
+const usage = `usage: singleton --name NAME [--permits N] [--ttl D] [--grace D] [connection flags] [-v] -- command [args...]
        singleton --group GROUP --names N1,N2,... [--ttl D] [--grace D] [connection flags] [-v] -- command [args...]`
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -108,10 +127,12 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.name, "name", "", "election name (required, unless --group)")
 	fs.StringVar(&c.group, "group", "", "run one command per name of --names, each on one replica of the group, balanced")
 	names := fs.String("names", "", "with --group: the names, comma-separated")
+	fs.IntVar(&c.permits, "permits", 0, "run at most this many copies of the command at once, across replicas (a semaphore); unset: one, under an election")
 	fs.DurationVar(&c.ttl, "ttl", 20*time.Second, "lease TTL: how long a crashed replica blocks the others")
 	fs.DurationVar(&c.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the term ends")
 	err := program.Parse(fs, args, func(argv []string) error {
 		c.argv = argv
+		fs.Visit(func(f *flag.Flag) { c.permitsSet = c.permitsSet || f.Name == "permits" })
 		if *names != "" {
 			c.names = strings.Split(*names, ",")
 		}
@@ -131,6 +152,10 @@ func (c *config) check() error {
 		return errors.New("--group needs --names")
 	case c.group == "" && len(c.names) > 0:
 		return errors.New("--names needs --group")
+	case c.permits < 0 || c.permits == 0 && c.permitsSet:
+		return fmt.Errorf("--permits %d: want 1 or more", c.permits)
+	case c.permits > 0 && c.group != "":
+		return errors.New("--permits does not go with --group: each name of a group runs one copy")
 	case len(c.argv) == 0:
 		return errors.New("no command: give it after --")
 	case c.ttl < fencing.MinTTL:
@@ -219,19 +244,32 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return program.Exit("singleton", stderr, err)
 	}
 	margin, _ := c.margin()
+	session := []fencing.SessionOption{fencing.WithTTL(c.ttl), fencing.WithSafetyMargin(margin),
+		fencing.WithIdentity(r.identity), fencing.WithLogger(log)}
+	if err := r.sameMode(ctx); err != nil {
+		fmt.Fprintln(stderr, "singleton:", err)
+		return 1
+	}
+	if c.permits > 0 {
+		log.Info("waiting for a permit", "permits", c.permits, "ttl", c.ttl, "grace", c.grace, "margin", margin)
+		if err := r.permits(ctx, session...); err != nil {
+			fmt.Fprintln(stderr, "singleton:", err)
+			return 1
+		}
+		return 0
+	}
 	log.Info("campaigning", "ttl", c.ttl, "grace", c.grace, "margin", margin)
 	opts := []election.RunOption{
-		election.WithSessionOptions(fencing.WithTTL(c.ttl), fencing.WithSafetyMargin(margin),
-			fencing.WithIdentity(r.identity), fencing.WithLogger(log)),
+		election.WithSessionOptions(session...),
 		election.OnStartedLeading(func(t *election.Term) { log.Info("leading", "token", t.Token()) }),
 		election.OnStoppedLeading(func(t *election.Term, cause error) {
 			log.Info("stopped leading", "token", t.Token(), "cause", cause)
 		}),
 	}
 	if c.group != "" {
-		err = election.RunGroup(ctx, cli, c.group, c.names, r.work, opts...)
+		err = election.RunGroup(ctx, cli, c.group, c.names, r.term, opts...)
 	} else {
-		err = election.Run(ctx, cli, c.name, r.identity, r.work, opts...)
+		err = election.Run(ctx, cli, c.name, r.identity, r.term, opts...)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "singleton:", err)

@@ -288,6 +288,8 @@ func TestCommandLine(t *testing.T) {
 		{"name twice", []string{"--group", "g", "--names", "a,b,a", "--", "true"}, 2, `"a" twice`},
 		{"bad name in group", []string{"--group", "g", "--names", "a,b#c", "--", "true"}, 2, "--names"},
 		{"no command", []string{"--name", "x"}, 2, "no command"},
+		{"no permits", []string{"--name", "x", "--permits", "0", "--", "true"}, 2, "--permits 0: want 1 or more"},
+		{"permits and group", []string{"--group", "g", "--names", "a", "--permits", "2", "--", "true"}, 2, "--permits does not go with --group"},
 		{"grace too long", []string{"--name", "x", "--ttl", "10s", "--grace", "10s", "--", "true"}, 2, "use --ttl 26s or more"},
 		{"bad name", []string{"--name", "", "--", "true"}, 2, "--name"},
 		{"unreachable", []string{"--name", "x", "--endpoints", "127.0.0.1:1", "--dial-timeout", "2s", "--", "true"}, 1, "127.0.0.1:1"},

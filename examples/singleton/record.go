@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -35,6 +35,22 @@ func recordKey(name string) string {
 	return p + "singleton"
 }
 
+// recordKeys are the running records a holder of name may claim: the one
+// record of a term, or with --permits N, N records ("NAME#singleton/0" to
+// "/N-1"), one per command that may run, so that N records bound the
+// commands whatever happened to the runners that wrote them. All are read
+// and watched as one range: from, with rng.
+func (r *runner) recordKeys(name string) (keys []string, from string, rng []clientv3.OpOption) {
+	if r.cfg.permits == 0 {
+		return []string{recordKey(name)}, recordKey(name), nil
+	}
+	keys = make([]string, r.cfg.permits)
+	for i := range keys {
+		keys[i] = recordKey(name) + "/" + strconv.Itoa(i)
+	}
+	return keys, recordKey(name) + "/", []clientv3.OpOption{clientv3.WithPrefix()}
+}
+
 // record is the value of the running record.
 type record struct {
 	Lease string `json:"lease"` // hex, as etcdctl shows leases
@@ -47,7 +63,7 @@ type record struct {
 // lease is gone; the record's removal itself is watched.
 const recordCheck = time.Second
 
-func (r *runner) recordFor(t *election.Term) (string, error) {
+func (r *runner) recordFor(t guard.Owner) (string, error) {
 	b, err := json.Marshal(record{
 		Lease: strconv.FormatInt(int64(t.Session().Lease()), 16),
 		TTLMs: t.Session().TTL().Milliseconds(),
@@ -57,105 +73,146 @@ func (r *runner) recordFor(t *election.Term) (string, error) {
 	return string(b), err
 }
 
-// claim waits until no other runner's command may still run, then writes
-// this term's record, guarded by the term. It returns the record's value,
-// which release needs, or an error when the term ends first.
-func (r *runner) claim(ctx context.Context, t *election.Term) (string, error) {
-	key := recordKey(t.Token().Name)
-	mine, err := r.recordFor(t)
-	if err != nil {
-		return "", err
+// other is a running record of another runner's command.
+type other struct {
+	key  string
+	mod  int64
+	prev record
+}
+
+// claim waits until a running record may be taken (none written, one of
+// this session's earlier terms, or one whose runner's lease has been gone
+// for a full TTL), then writes this term's there, guarded by the term. It
+// returns the record's key and value, which release needs, or an error
+// when the term ends first.
+func (r *runner) claim(ctx context.Context, t guard.Owner) (key, mine string, err error) {
+	keys, from, rng := r.recordKeys(t.Token().Name)
+	if mine, err = r.recordFor(t); err != nil {
+		return "", "", err
 	}
 	lease := strconv.FormatInt(int64(t.Session().Lease()), 16)
 	for {
-		resp, err := r.cli.Get(ctx, key)
+		resp, err := r.cli.Get(ctx, from, rng...)
 		if err != nil {
 			if ctx.Err() != nil {
-				return mine, context.Cause(ctx)
+				return key, mine, context.Cause(ctx)
 			}
 			r.log.Warn("reading the running record failed; retrying", "err", err)
 			pause(ctx, recordCheck)
 			continue
 		}
-		var mod int64 // 0: no record
-		if len(resp.Kvs) > 0 {
-			var prev record
-			kv := resp.Kvs[0]
-			mod = kv.ModRevision
-			if err := json.Unmarshal(kv.Value, &prev); err == nil && prev.Lease != lease {
-				if !r.waitPrevious(ctx, key, prev, mod) {
-					continue // the record changed, or ctx ended: look again
+		var (
+			mod    int64 = -1 // -1: no record may be taken
+			others []other
+		)
+		written := map[string]*mvccpb.KeyValue{}
+		for _, kv := range resp.Kvs {
+			written[string(kv.Key)] = kv
+		}
+		for _, k := range keys {
+			kv := written[k]
+			if kv == nil {
+				if mod < 0 {
+					key, mod = k, 0
 				}
+				continue
 			}
-			// A record of this session's is from an earlier term whose
-			// command is dead: work returns only once its group is empty.
-			// An unreadable one is not ours to respect.
+			var prev record
+			if err := json.Unmarshal(kv.Value, &prev); err != nil || prev.Lease == lease {
+				// A record of this session's is from an earlier term whose
+				// command is dead: work returns only once its group is
+				// empty. It goes first: it may be one a lost reply left. An
+				// unreadable one is not ours to respect.
+				key, mod = k, kv.ModRevision
+				break
+			}
+			others = append(others, other{k, kv.ModRevision, prev})
+		}
+		if mod < 0 {
+			o, ok := r.waitPrevious(ctx, from, rng, resp.Header.Revision, others)
+			if !ok {
+				continue // a record changed, or ctx ended: look again
+			}
+			key, mod = o.key, o.mod
 		}
 		tx, err := guard.Txn(ctx, t).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", mod)).
 			Then(clientv3.OpPut(key, mine)).Commit()
 		switch {
 		case errors.Is(err, guard.ErrNotOwner) || ctx.Err() != nil:
-			return mine, fmt.Errorf("term ended before the command started: %w", context.Cause(ctx))
+			return key, mine, fmt.Errorf("term ended before the command started: %w", context.Cause(ctx))
 		case err != nil:
 			r.log.Warn("writing the running record failed; retrying", "err", err)
 		case tx.Succeeded:
-			return mine, nil
+			return key, mine, nil
 		}
 	}
 }
 
-// waitPrevious waits while another runner's record says its command may
-// still run. It returns true when that record may be taken over (its lease
-// has been gone for a full TTL), false when the record changed or ctx ended.
-func (r *runner) waitPrevious(ctx context.Context, key string, prev record, mod int64) bool {
-	id, err := strconv.ParseInt(prev.Lease, 16, 64)
-	if err != nil {
-		return true // not a record singleton wrote
+// waitPrevious waits while other runners' records (those at from with
+// rng, read at rev) say their commands may still run. It returns the
+// record that may be taken over (its lease has been gone for a full TTL),
+// or false when any record changed or ctx ended.
+func (r *runner) waitPrevious(ctx context.Context, from string, rng []clientv3.OpOption, rev int64, others []other) (other, bool) {
+	for _, o := range others {
+		r.log.Info("waiting for a previous holder's command to end", "owner", o.prev.Owner, "token", o.prev.Token)
 	}
-	r.log.Info("waiting for the previous leader's command to end", "owner", prev.Owner, "token", prev.Token)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	changed := r.cli.Watch(wctx, key, clientv3.WithRev(mod+1))
-	var goneAt time.Time
+	changed := r.cli.Watch(wctx, from, append(rng, clientv3.WithRev(rev+1))...)
+	goneAt := make([]time.Time, len(others))
 	for {
 		wait := recordCheck
-		if goneAt.IsZero() {
-			ttl, err := r.cli.TimeToLive(ctx, clientv3.LeaseID(id))
-			if err == nil && ttl.TTL == -1 {
-				goneAt = time.Now()
-				r.log.Info("previous leader's lease is gone; its command may run until one TTL has passed",
-					"owner", prev.Owner, "ttl", time.Duration(prev.TTLMs)*time.Millisecond)
+		for i, o := range others {
+			if goneAt[i].IsZero() {
+				if !leaseGone(ctx, r.cli, o.prev.Lease) {
+					continue
+				}
+				goneAt[i] = time.Now()
+				r.log.Info("previous holder's lease is gone; its command may run until one TTL has passed",
+					"owner", o.prev.Owner, "ttl", time.Duration(o.prev.TTLMs)*time.Millisecond)
 			}
-		}
-		if !goneAt.IsZero() {
-			wait = time.Until(goneAt.Add(time.Duration(prev.TTLMs) * time.Millisecond))
-			if wait <= 0 {
-				r.log.Warn("taking over the running record of a runner that did not remove it", "owner", prev.Owner, "token", prev.Token)
-				return true
+			left := time.Until(goneAt[i].Add(time.Duration(o.prev.TTLMs) * time.Millisecond))
+			if left <= 0 {
+				r.log.Warn("taking over the running record of a runner that did not remove it", "owner", o.prev.Owner, "token", o.prev.Token)
+				return o, true
 			}
+			wait = min(wait, left)
 		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return false
-		case <-changed: // removed or replaced (or the watch broke): read it again
+			return other{}, false
+		case <-changed: // removed or replaced (or a watch broke): read them again
 			timer.Stop()
-			return false
+			return other{}, false
 		case <-timer.C:
 		}
 	}
+}
+
+// leaseGone reports whether etcd says the lease (in hex) is gone; a lease
+// that is not one, as in a record singleton did not write, is gone.
+func leaseGone(ctx context.Context, cli *clientv3.Client, lease string) bool {
+	id, err := strconv.ParseInt(lease, 16, 64)
+	if err != nil {
+		return true
+	}
+	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(id))
+	return err == nil && ttl.TTL == -1
 }
 
 // release removes this term's record once its command's group is empty, so
 // the next leader may start. It tries for one TTL; if etcd cannot be reached
 // that long it closes the session, whose lease then ends, and the next
 // leader takes the record over one TTL later.
-func (r *runner) release(t *election.Term, mine string) {
+func (r *runner) release(t guard.Owner, key, mine string) {
+	if key == "" {
+		return // no record was written
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), t.Session().TTL())
 	defer cancel()
-	key := recordKey(t.Token().Name)
 	for {
 		_, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", mine)).Then(clientv3.OpDelete(key)).Commit()
 		if err == nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/guard"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -40,16 +41,20 @@ func newRunner(cli *clientv3.Client, c config, log *slog.Logger) (*runner, error
 	return &runner{cli: cli, cfg: c, log: log, identity: fmt.Sprintf("%s/%d", host, os.Getpid()), exe: exe}, nil
 }
 
-// work is one term: wait until no earlier command can run, run the command
-// under a keeper, and return once its process group is empty.
-func (r *runner) work(ctx context.Context, t *election.Term) error {
+// term is work for election.Run and RunGroup.
+func (r *runner) term(ctx context.Context, t *election.Term) error { return r.work(ctx, t) }
+
+// work is one term (or one permit's hold): wait until no earlier command
+// can run in its place, run the command under a keeper, and return once its
+// process group is empty.
+func (r *runner) work(ctx context.Context, t guard.Owner) error {
 	if r.cfg.group != "" { // many names' terms run at once: say which
 		named := *r
 		named.log = r.log.With("name", t.Token().Name)
 		r = &named
 	}
-	mine, err := r.claim(ctx, t)
-	defer r.release(t, mine) // also after a claim whose reply was lost
+	key, mine, err := r.claim(ctx, t)
+	defer r.release(t, key, mine) // also after a claim whose reply was lost
 	if err != nil {
 		return err
 	}
@@ -59,7 +64,7 @@ func (r *runner) work(ctx context.Context, t *election.Term) error {
 // runCommand starts the keeper, feeds it the term's deadline until ctx ends
 // or the command exits, and waits for the keeper to exit (the command's
 // group is then empty).
-func (r *runner) runCommand(ctx context.Context, t *election.Term) error {
+func (r *runner) runCommand(ctx context.Context, t guard.Owner) error {
 	control, feed, err := os.Pipe()
 	if err != nil {
 		return err
@@ -103,7 +108,7 @@ func (r *runner) runCommand(ctx context.Context, t *election.Term) error {
 
 // feed sends the keeper the term's deadline, and every extension of it,
 // until ctx ends (then it says stop) or the keeper exits.
-func (r *runner) feed(ctx context.Context, t *election.Term, w io.Writer, exited <-chan struct{}) {
+func (r *runner) feed(ctx context.Context, t guard.Owner, w io.Writer, exited <-chan struct{}) {
 	var sent time.Time
 	tick := time.NewTicker(feedEvery)
 	defer tick.Stop()

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/examples/internal/connect"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Between holds, as election.Run's default backoff between terms.
+const (
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 5 * time.Second
+)
+
+// permits runs the command under one permit of the semaphore NAME at a
+// time, as election.Run runs it under a term: it acquires a permit, runs
+// the command until it exits or the permit is lost, releases, and again
+// after a backoff unless the command succeeded. A limit that disagrees
+// with the other replicas' (fencing.ErrLimitMismatch) ends it: the
+// replicas would enforce two limits.
+func (r *runner) permits(ctx context.Context, opts ...fencing.SessionOption) error {
+	wait := backoffMin
+	for {
+		err := r.permit(ctx, opts)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil:
+			return nil
+		case errors.Is(err, fencing.ErrLimitMismatch), errors.Is(err, fencing.ErrInvalidArgument):
+			return err
+		}
+		r.log.Warn("holding a permit failed; trying again", "err", err, "in", wait)
+		pause(ctx, wait)
+		wait = min(2*wait, backoffMax)
+	}
+}
+
+// permit is one hold: a session of its own (a lost lease ends only this
+// hold), a permit, the command, the release.
+func (r *runner) permit(ctx context.Context, opts []fencing.SessionOption) error {
+	s, err := fencing.NewSession(ctx, r.cli, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.TTL())
+		defer cancel()
+		s.Close(ctx)
+	}()
+	sem, err := fencing.NewSemaphore(s, r.cfg.name, r.cfg.permits)
+	if err != nil {
+		return err
+	}
+	h, err := sem.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire a permit: %w", err)
+	}
+	r.log.Info("holding a permit", "token", h.Token(), "permits", r.cfg.permits)
+	// The work ends when the permit is lost or singleton is interrupted.
+	wctx, cancel := context.WithCancelCause(h.Context())
+	defer cancel(nil)
+	defer context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })()
+	err = r.work(wctx, h)
+	r.log.Info("releasing the permit", "token", h.Token(), "cause", context.Cause(wctx))
+	uctx, ucancel := context.WithTimeout(context.Background(), s.TTL())
+	defer ucancel()
+	if uerr := h.Unlock(uctx); uerr != nil && !errors.Is(uerr, fencing.ErrNotHeld) {
+		r.log.Warn("could not release the permit; its lease ends it", "err", uerr)
+	}
+	return err
+}
+
+// sameMode refuses to start beside replicas of NAME that run it the other
+// way (an election without --permits, a semaphore with it): the two would
+// not exclude each other. It reads the other kind's keys once, within
+// --dial-timeout; a group has no such mix.
+func (r *runner) sameMode(ctx context.Context) error {
+	if r.cfg.group != "" {
+		return nil
+	}
+	other, flag := fencing.KindSemaphore, "with --permits"
+	if r.cfg.permits > 0 {
+		other, flag = fencing.KindElection, "without --permits"
+	}
+	prefix, err := inspect.KeyPrefix(fencing.DefaultRoot, other, r.cfg.name)
+	if err != nil {
+		return err
+	}
+	timeout := r.cfg.conn.DialTimeout
+	if timeout <= 0 {
+		timeout = connect.DefaultDialTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := r.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading whether other replicas run %q %s: %w", r.cfg.name, flag, err)
+	case resp.Count > 0:
+		return fmt.Errorf("other replicas run %q %s (%d %s keys): every replica of a name must give the same --permits", r.cfg.name, flag, resp.Count, other)
+	}
+	return nil
+}

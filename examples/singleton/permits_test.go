@@ -1,0 +1,105 @@
+package main
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/examples/internal/progtest"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+)
+
+// jobN is job for --permits: at start, an "overlap" line if PERMITS groups
+// of earlier starts are still alive (this start would be one too many).
+const jobN = `
+trap 'echo "stop $$" >> "$STAMPS"; exit 0' TERM
+(trap '' TERM; exec sleep 600) &
+sleep 600 &
+alive=0
+for p in $(awk '$1 == "start" { print $2 }' "$STAMPS"); do
+	if kill -0 -"$p" 2>/dev/null; then alive=$((alive+1)); fi
+done
+if [ "$alive" -ge "$PERMITS" ]; then echo "overlap $$ $alive" >> "$STAMPS"; fi
+echo "start $$ $LEASEHOLD_KEY" >> "$STAMPS"
+wait
+`
+
+// permitReplica starts one singleton running jobN under --permits permits.
+func permitReplica(t *testing.T, c *etcdtest.Cluster, stamps, permits string) *progtest.Prog {
+	args := append(append(append([]string{"--name", "migrations", "--permits", permits, "-v"}, tlsFlags(c)...), timing...), "--", "sh", "-c", jobN)
+	return progtest.Start(t, []string{"STAMPS=" + stamps, "PERMITS=" + permits}, args...)
+}
+
+// Four replicas, two permits: two commands run; a holder killed and a
+// holder paused past its TTL each let one waiter in, never a third
+// command while two groups live; a replica with another limit, or one
+// without --permits, refuses to start; all exit 0 on SIGTERM, leaving no
+// process and no key.
+func TestPermitsAtMostN(t *testing.T) {
+	c := etcdtest.SingleTLS(t)
+	stamps := newStamps(t)
+	reps := []*progtest.Prog{}
+	for range 4 {
+		reps = append(reps, permitReplica(t, c, stamps, "2"))
+	}
+	running := waitStarts(t, stamps, 2, time.Minute)
+	killed, _ := leaderOf(t, c, running[0].key, reps...)
+	paused, _ := leaderOf(t, c, running[1].key, reps...)
+	killed.Signal(t, syscall.SIGKILL)
+	waitStarts(t, stamps, 3, time.Minute)
+	paused.Signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { syscall.Kill(paused.Pid(), syscall.SIGCONT) })
+	waitStarts(t, stamps, 4, time.Minute)
+	paused.Signal(t, syscall.SIGCONT)
+	paused.WaitStderr(t, time.Minute, "releasing the permit")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--name", "migrations", "--permits", "3"}, "limit mismatch"},
+		{[]string{"--name", "migrations"}, "every replica of a name must give the same --permits"},
+	} {
+		args := append(append(append(tc.args, tlsFlags(c)...), timing...), "--", "true")
+		if code, _, stderr := progtest.Run(t, time.Minute, nil, args...); code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%q beside two permits held: exit %d (want 1), stderr lacks %q:\n%s", tc.args, code, tc.want, stderr)
+		}
+	}
+
+	for _, p := range reps {
+		if p != killed {
+			p.Signal(t, syscall.SIGTERM)
+		}
+	}
+	for _, p := range reps {
+		if code := p.Wait(t, time.Minute); p != killed && code != 0 {
+			t.Errorf("exit status after SIGTERM: %d\n%s", code, p.Stderr())
+		}
+	}
+	ss := readStamps(t, stamps)
+	for _, s := range ss {
+		if s.kind == "overlap" {
+			t.Errorf("command %d started while %s groups of earlier holds were alive", s.pgid, s.key)
+		}
+	}
+	for _, s := range starts(ss) {
+		if groupAlive(s.pgid) {
+			t.Errorf("process group %d outlived its singleton", s.pgid)
+		}
+	}
+	noKeysLeft(t, c)
+	var stderrs strings.Builder
+	for _, p := range reps {
+		stderrs.WriteString(p.Stderr())
+	}
+	if !strings.Contains(stderrs.String(), "taking over the running record") {
+		t.Error("no replica took over the killed runner's running record: its permit's record was not waited for")
+	}
+	if t.Failed() {
+		t.Logf("stamps:\n%s", mustRead(t, stamps))
+		for i, p := range reps {
+			t.Logf("replica %d:\n%s", i, p.Stderr())
+		}
+	}
+}
