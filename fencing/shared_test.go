@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // waitShape is a queue in which the next call must wait: ahead takes the
@@ -22,9 +23,9 @@ type waitShape struct {
 	call  func(t *testing.T, s *fencing.Session) func(context.Context) (*fencing.Hold, error)
 }
 
-// The waits of the semaphore's and the readers' rules: the first waiter
-// (watching the owners), a later waiter (watching its predecessor), a
-// reader behind a writer.
+// The waits of the semaphore's and the read-write lock's rules: the first
+// waiter (watching the owners), a later waiter (watching its predecessor),
+// a writer behind readers (watching them all), a reader behind a writer.
 var waitShapes = []waitShape{
 	{"first waiter", fencing.KindSemaphore, "wait-first",
 		func(t *testing.T, _ *etcdtest.Cluster, s *fencing.Session) []*fencing.Hold {
@@ -49,6 +50,22 @@ var waitShapes = []waitShape{
 		},
 		func(t *testing.T, s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
 			return newSemaphore(t, s, "wait-later", 2).Acquire
+		}},
+	{"writer behind readers", fencing.KindRWLock, "wait-writer",
+		func(t *testing.T, _ *etcdtest.Cluster, s *fencing.Session) []*fencing.Hold {
+			m := newRWMutex(t, s, "wait-writer")
+			var held []*fencing.Hold
+			for range 2 {
+				r, err := m.RLock(etcdtest.Context(t, wait))
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, r)
+			}
+			return held
+		},
+		func(t *testing.T, s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
+			return newRWMutex(t, s, "wait-writer").Lock
 		}},
 	{"reader behind a writer", fencing.KindRWLock, "wait-reader",
 		func(t *testing.T, _ *etcdtest.Cluster, s *fencing.Session) []*fencing.Hold {
@@ -83,9 +100,15 @@ type waiting struct {
 // start queues the shape's call, on a session of its own made with opts.
 func (w waitShape) start(t *testing.T, c *etcdtest.Cluster, ctx context.Context, opts ...fencing.SessionOption) waiting {
 	t.Helper()
+	return w.startOn(t, c, c.Client(t), ctx, opts...)
+}
+
+// startOn is start with the call's session on cli.
+func (w waitShape) startOn(t *testing.T, c *etcdtest.Cluster, cli *clientv3.Client, ctx context.Context, opts ...fencing.SessionOption) waiting {
+	t.Helper()
 	held := w.ahead(t, c, newSession(t, c.Client(t)))
 	before := w.keys(t, c)
-	s := newSession(t, c.Client(t), opts...)
+	s := newSession(t, cli, opts...)
 	done := goLock(ctx, w.call(t, s))
 	var key string
 	etcdtest.WaitFor(t, wait, "the call to queue", func() bool {

@@ -139,12 +139,21 @@ func (r *Recorder) Snapshot(f func(*Recorder)) {
 func BlackholeTrials(t *testing.T, c *etcdtest.Cluster, n int, ttl time.Duration, name string,
 	setup func(s *fencing.Session, h *fencing.Hold, link *etcdtest.Link, deletion <-chan time.Time) (check func() error)) {
 	t.Helper()
+	BlackholeTrialsOf(t, c, n, ttl, name, Lock, setup)
+}
+
+// BlackholeTrialsOf is BlackholeTrials with the hold taken by hold (a
+// semaphore's permit, a read or write hold) on "<name>/<i>".
+func BlackholeTrialsOf(t *testing.T, c *etcdtest.Cluster, n int, ttl time.Duration, name string,
+	hold func(t testing.TB, s *fencing.Session, name string) *fencing.Hold,
+	setup func(s *fencing.Session, h *fencing.Hold, link *etcdtest.Link, deletion <-chan time.Time) (check func() error)) {
+	t.Helper()
 	errs := make(chan error, n)
 	for i := range n {
 		cli, link := c.ProxiedClient(t)
 		s := Session(t, cli, fencing.WithTTL(ttl))
 		t.Cleanup(link.Restore) // before the session's Close, which revokes
-		h := Lock(t, s, fmt.Sprintf("%s/%d", name, i))
+		h := hold(t, s, fmt.Sprintf("%s/%d", name, i))
 		check := setup(s, h, link, c.Deletion(t, h.Key()))
 		go func() { errs <- check() }()
 	}

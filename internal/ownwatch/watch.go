@@ -149,7 +149,8 @@ func (w *Watcher) created(wch clientv3.WatchChan) bool {
 		return false
 	}
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.o.Rev {
-		w.o.Owners.Lost(w.o.Key, w.o.Rev, fmt.Errorf("%w: %q not found at revision %d", ErrKeyDeleted, w.o.Key, g.Header.Revision))
+		gone := fmt.Errorf("%w: %q not found at revision %d", ErrKeyDeleted, w.o.Key, g.Header.Revision)
+		w.o.Owners.Lost(w.o.Key, w.o.Rev, w.leaseCause(gone, len(g.Kvs) == 0))
 	}
 	return true
 }
@@ -195,7 +196,14 @@ func (w *Watcher) run(wch clientv3.WatchChan) {
 // never delays the cancel at ValidUntil, which the session does on its own.
 func (w *Watcher) goneCause(ev *clientv3.Event) error {
 	gone := fmt.Errorf("%w: %q %v at revision %d", ErrKeyDeleted, w.o.Key, ev.Type, ev.Kv.ModRevision)
-	if ev.Type != clientv3.EventTypeDelete || w.o.Expired == nil {
+	return w.leaseCause(gone, ev.Type == clientv3.EventTypeDelete)
+}
+
+// leaseCause is gone, wrapped in the lease's end when the key was deleted
+// and its lease is gone too: whether the watch saw the delete or the read
+// that armed it found the key missing.
+func (w *Watcher) leaseCause(gone error, deleted bool) error {
+	if !deleted || w.o.Expired == nil {
 		return gone
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, leaseCheckTimeout)

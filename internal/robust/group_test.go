@@ -51,11 +51,8 @@ func TestGroupUnderFaults(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for i := range 2 {
-		cli, link := c.ProxiedClient(t)
 		name := fmt.Sprint("g", i)
-		h.mu.Lock()
-		h.links[name] = link
-		h.mu.Unlock()
+		cli := h.proxied(name)
 		wg.Go(func() { groupWorker(ctx, name, cli, func(e event) { h.events <- e }) })
 	}
 	for i := range 2 {

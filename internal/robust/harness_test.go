@@ -69,11 +69,18 @@ func (h *harness) collect() (events func() []event) {
 	}
 }
 
-func (h *harness) inProcess(ctx context.Context, wg *sync.WaitGroup, name string) {
+// proxied returns a client for the in-process worker name, through a link
+// of its own that the faults may cut.
+func (h *harness) proxied(name string) *clientv3.Client {
 	cli, link := h.c.ProxiedClient(h.t)
 	h.mu.Lock()
 	h.links[name] = link
 	h.mu.Unlock()
+	return cli
+}
+
+func (h *harness) inProcess(ctx context.Context, wg *sync.WaitGroup, name string) {
+	cli := h.proxied(name)
 	w := &worker{name: name, impl: h.impl, cli: cli, store: h.store,
 		emit: func(e event) { h.events <- e }, rng: rand.New(rand.NewPCG(h.rng.Uint64(), 3))}
 	wg.Go(func() { w.run(ctx) })

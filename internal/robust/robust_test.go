@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 	etcdtest.RegisterHelper("worker", workerHelper)
 	etcdtest.RegisterHelper("group-worker", groupWorkerHelper)
 	etcdtest.RegisterHelper("sql-worker", sqlWorkerHelper)
+	etcdtest.RegisterHelper("shared-worker", sharedWorkerHelper)
 	etcdtest.Main(m)
 }
 

@@ -1,0 +1,215 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/fencingtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// holdKinds take a hold of each kind on name: the mutex's (the standard
+// the others meet), a semaphore's permit, a read hold, a write hold.
+var holdKinds = []struct {
+	name string
+	hold func(t testing.TB, s *fencing.Session, name string) *fencing.Hold
+}{
+	{"mutex", fencingtest.Lock},
+	{"semaphore", func(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
+		return acquire(t, newSemaphore(t, s, name, 2))
+	}},
+	{"read", func(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
+		return take(t, newRWMutex(t, s, name).RLock)
+	}},
+	{"write", func(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
+		return take(t, newRWMutex(t, s, name).Lock)
+	}},
+}
+
+func take(t testing.TB, lock func(context.Context) (*fencing.Hold, error)) *fencing.Hold {
+	t.Helper()
+	h, err := lock(etcdtest.Context(t, wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// S3 for each kind: a blackholed holder's context ends strictly before
+// another client sees its key deleted, in every trial.
+func TestKindsStopBeforeServerDeletes(t *testing.T) {
+	for _, k := range holdKinds {
+		t.Run(k.name, func(t *testing.T) {
+			fencingtest.BlackholeTrialsOf(t, etcdtest.Single(t), 5, 3*time.Second, "blackhole-"+k.name, k.hold,
+				func(_ *fencing.Session, h *fencing.Hold, link *etcdtest.Link, deletion <-chan time.Time) func() error {
+					work := h.Context()
+					return func() error {
+						link.Blackhole()
+						if _, err := etcdtest.StoppedBefore(work.Done(), deletion); err != nil {
+							return fmt.Errorf("%v: %w", h.Token(), err)
+						}
+						if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
+							return fmt.Errorf("%v: cause %v; want ErrLeaseUnconfirmed", h.Token(), cause)
+						}
+						return nil
+					}
+				})
+		})
+	}
+}
+
+// S4 for each kind: the hold's context ends when an operator deletes its
+// key or revokes its lease, with the cause that says which, whether its
+// watch was armed before the loss or is armed after it (the read that arms
+// it finds the key gone), and the ownership compare fails.
+func TestKindsNoticeLosses(t *testing.T) {
+	for _, k := range holdKinds {
+		for _, loss := range []struct {
+			name  string
+			cause error
+			do    func(t *testing.T, c *etcdtest.Cluster, h *fencing.Hold)
+		}{
+			{"key deleted", fencing.ErrKeyDeleted, func(t *testing.T, c *etcdtest.Cluster, h *fencing.Hold) { c.Delete(t, h.Key()) }},
+			{"lease revoked", fencing.ErrLeaseExpired, func(t *testing.T, c *etcdtest.Cluster, h *fencing.Hold) { c.Revoke(t, h.Session().Lease()) }},
+		} {
+			for _, armed := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s/%s/armed=%v", k.name, loss.name, armed), func(t *testing.T) {
+					c := etcdtest.Single(t)
+					h := k.hold(t, newSession(t, c.Client(t)), "loss")
+					var work context.Context
+					if armed {
+						work = h.Context()
+					}
+					loss.do(t, c, h)
+					if !armed {
+						etcdtest.WaitFor(t, wait, "the key to go", func() bool { return !c.Exists(t, h.Key()) })
+						work = h.Context()
+					}
+					if cause := etcdtest.Ended(t, work, wait, "the hold's context"); !errors.Is(cause, loss.cause) {
+						t.Errorf("cause %v; want %v", cause, loss.cause)
+					}
+					resp, err := c.Admin.Txn(etcdtest.Context(t, wait)).If(h.IsOwner()).Commit()
+					if err != nil || resp.Succeeded {
+						t.Errorf("the ownership compare after the loss: succeeded %v, %v; want it to fail", resp != nil && resp.Succeeded, err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// S8 and S9 for each wait: a call whose enqueue was applied but whose
+// reply was lost keeps its place with that one key, and holds with it once
+// the holds ahead go.
+func TestSharedKeepsPlaceAcrossLostReply(t *testing.T) {
+	for _, w := range waitShapes {
+		t.Run(w.name, func(t *testing.T) {
+			c := etcdtest.Single(t)
+			r := &etcdtest.Replies{Decide: once(etcdtest.LoseReply, putsUnder(t, w.kind, w.queue))}
+			wt := w.startOn(t, c, c.Client(t, r.Option()), etcdtest.Context(t, wait))
+			if n := w.keysOf(t, c, wt.s); n != 1 {
+				t.Errorf("the call has %d keys queued; want 1", n)
+			}
+			wt.release(t)
+			select {
+			case res := <-wt.done:
+				if res.err != nil {
+					t.Fatalf("the call across a lost reply: %v", res.err)
+				}
+				if res.h.Key() != wt.key {
+					t.Errorf("holds with key %s; its lost enqueue wrote %s", res.h.Key(), wt.key)
+				}
+				if err := res.h.Unlock(etcdtest.Context(t, wait)); err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(wait):
+				t.Fatalf("the call had not returned within %v", wait)
+			}
+			etcdtest.WaitFor(t, wait, "no key of the call left", func() bool { return w.keysOf(t, c, wt.s) == 0 })
+		})
+	}
+}
+
+// S8 for each wait: an enqueue given up on and applied only after its call
+// failed and removed its key writes it again; the session sweeps it, so
+// nothing is held back by a key nobody waits on.
+func TestSharedLateEnqueueLeavesNoKey(t *testing.T) {
+	for _, w := range waitShapes {
+		t.Run(w.name, func(t *testing.T) {
+			c := etcdtest.Single(t)
+			r := &etcdtest.Replies{Decide: once(etcdtest.Late, putsUnder(t, w.kind, w.queue))}
+			ctx, cancel := context.WithCancel(t.Context())
+			wt := w.startOn(t, c, c.Client(t, r.Option()), ctx, fencing.WithTTL(60*time.Second))
+			cancel()
+			if err := wt.result(t); !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled: %v", err)
+			}
+			etcdtest.WaitFor(t, wait, "the cancelled call's key to go", func() bool { return !c.Exists(t, wt.key) })
+			r.Release() // the first enqueue arrives now, and writes the key again
+			etcdtest.WaitFor(t, wait, "the late key to be swept", func() bool { return w.keysOf(t, c, wt.s) == 0 })
+			wt.release(t)
+			next := take(t, w.call(t, newSession(t, c.Client(t)))) // not held back by a ghost
+			if err := next.Unlock(etcdtest.Context(t, wait)); err != nil {
+				t.Fatal(err)
+			}
+			if n := w.keysOf(t, c, wt.s); n != 0 {
+				t.Errorf("%d keys of the cancelled call left", n)
+			}
+		})
+	}
+}
+
+// S9 for each wait: a waiter cut off while the holds ahead of it leave
+// and history is compacted resumes from a fresh read and holds. Its client
+// talks to one member only; stopping that member breaks the connection for
+// real, and the watch resumes, on restart, from a revision compacted away.
+func TestSharedWaitSurvivesCompactionAndReconnect(t *testing.T) {
+	for _, w := range waitShapes {
+		t.Run(w.name, func(t *testing.T) {
+			c := etcdtest.Three(t)
+			var ctr etcdtest.Counter
+			cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
+			wt := w.startOn(t, c, cli, etcdtest.Context(t, 2*wait), fencing.WithTTL(30*time.Second))
+			etcdtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
+			c.CompactWhileDown(t, 0, func() { wt.release(t) })
+			if err := wt.result(t); err != nil {
+				t.Fatalf("the wait across compaction and reconnect: %v", err)
+			}
+		})
+	}
+}
+
+// keysOf counts the keys of the shape's queue on s's lease.
+func (w waitShape) keysOf(t *testing.T, c *etcdtest.Cluster, s *fencing.Session) int {
+	t.Helper()
+	p, err := inspect.KeyPrefix(fencing.DefaultRoot, w.kind, w.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Admin.Get(etcdtest.Context(t, wait), p, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, kv := range resp.Kvs {
+		if clientv3.LeaseID(kv.Lease) == s.Lease() {
+			n++
+		}
+	}
+	return n
+}
+
+// putsUnder matches a request that writes under the queue of kind and name.
+func putsUnder(t *testing.T, kind fencing.Kind, name string) func(string, any) bool {
+	p, err := inspect.KeyPrefix(fencing.DefaultRoot, kind, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(_ string, req any) bool { return etcdtest.PutsUnder(req, p) }
+}

@@ -1,0 +1,236 @@
+package robust_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const (
+	sharedName    = "robust-shared"
+	sharedPermits = 2
+	// sharedMarks is where holders write, under their hold, what they
+	// hold: "<key> <create revision>" at robust/shared/<worker>.
+	sharedMarks = "robust/shared/"
+)
+
+// TestSemaphoreUnderFaults and TestRWMutexUnderFaults run the suite's
+// faults against holders of a semaphore of two permits, and of a
+// read-write lock (a third of the holds for writing): two workers in this
+// process, two in subprocesses, each making guarded writes under each hold.
+// Replaying every key's history, at the revision of each committed write
+// the writer's key must have held by its kind's rule: among the two oldest
+// keys (semaphore), the oldest key (write hold), behind no writer's key
+// (read hold). So no revision saw more than two valid permits, nor a
+// writer's write beside any other valid hold.
+func TestSemaphoreUnderFaults(t *testing.T) { sharedUnderFaults(t, fencing.KindSemaphore) }
+
+func TestRWMutexUnderFaults(t *testing.T) { sharedUnderFaults(t, fencing.KindRWLock) }
+
+func sharedUnderFaults(t *testing.T, kind fencing.Kind) {
+	c := etcdtest.Three(t)
+	maxTime, _ := runLength()
+	hist := watchHistory(t, c, "")
+	h := newHarness(t, c, string(kind), "")
+	h.helper, h.extra = "shared-worker", []func(){func() { h.deleteOne(queuePrefix(kind), "delete-holder", clientv3.WithPrefix()) }}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range 2 {
+		name := fmt.Sprint("s", i)
+		cli := h.proxied(name)
+		rng := rand.New(rand.NewPCG(h.rng.Uint64(), 4))
+		wg.Go(func() { sharedWorker(ctx, name, kind, cli, rng, func(e event) { h.events <- e }) })
+	}
+	for i := range 2 {
+		h.subprocess(fmt.Sprint("q", i))
+	}
+	events := h.collect()
+	start := time.Now()
+	h.faultLoop(ctx, hist, func() bool { return time.Since(start) > maxTime })
+	cancel()
+	h.stopAll()
+	wg.Wait()
+	all := events()
+	etcdtest.WaitFor(t, time.Minute, "every key of the workload gone (killed workers' leases expire)", func() bool {
+		return len(c.Keys(t, queuePrefix(kind))) == 0
+	})
+	resp, err := c.Admin.Get(t.Context(), "robust/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist.until(t, resp.Header.Revision)
+	hist.mu.Lock()
+	raw := slices.Clone(hist.raw)
+	hist.mu.Unlock()
+	r := checkShared(kind, raw)
+	acked := 0
+	for _, e := range all {
+		if e.kind == "write" && e.outcome == "ok" {
+			acked++
+			if !r.committed[e.rev] {
+				t.Errorf("%s's acknowledged write at revision %d is not in the history", e.worker, e.rev)
+			}
+		}
+	}
+	for _, v := range r.violations {
+		t.Error(v)
+	}
+	t.Logf("%s: %v, %d holds, %d guarded writes committed (%d acknowledged), most holders writing at once %d, faults %v",
+		kind, time.Since(start).Round(time.Second), r.holds, len(r.committed), acked, r.most, h.faults)
+	if acked < 20 || r.most < 2 {
+		t.Errorf("%d acknowledged writes, at most %d concurrent holders: the workload did not exercise the %s", acked, r.most, kind)
+	}
+}
+
+// queuePrefix is the range of the workload's keys of kind.
+func queuePrefix(kind fencing.Kind) string {
+	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, kind, sharedName)
+	return p
+}
+
+// sharedRun is what checkShared found in a history.
+type sharedRun struct {
+	violations []string
+	committed  map[int64]bool // revisions of the guarded writes
+	holds      int            // keys created
+	most       int            // most distinct holders whose writes fell between two queue changes
+}
+
+// checkShared replays raw, every event under every key, and checks each
+// guarded write (a put under sharedMarks) against the queue as it stood
+// at the write's revision.
+func checkShared(kind fencing.Kind, raw []*clientv3.Event) sharedRun {
+	prefix := queuePrefix(kind)
+	r := sharedRun{committed: map[int64]bool{}}
+	live := map[string]int64{} // queue key → create revision
+	writers := map[string]bool{}
+	for _, ev := range raw {
+		k := string(ev.Kv.Key)
+		switch {
+		case strings.HasPrefix(k, prefix):
+			writers = map[string]bool{} // the queue changed
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(live, k)
+			} else if ev.IsCreate() {
+				live[k] = ev.Kv.CreateRevision
+				r.holds++
+			}
+		case strings.HasPrefix(k, sharedMarks) && ev.Type == clientv3.EventTypePut:
+			r.committed[ev.Kv.ModRevision] = true
+			key, revText, _ := strings.Cut(string(ev.Kv.Value), " ")
+			rev, _ := strconv.ParseInt(revText, 10, 64)
+			if why := heldBy(kind, prefix, live, key, rev); why != "" {
+				r.violations = append(r.violations, fmt.Sprintf("write at revision %d by %s (%s@%d): %s", ev.Kv.ModRevision, k, key, rev, why))
+			}
+			writers[k] = true
+			r.most = max(r.most, len(writers))
+		}
+	}
+	return r
+}
+
+// heldBy says why the key key of life rev did not hold among live by
+// kind's rule, or "" if it held.
+func heldBy(kind fencing.Kind, prefix string, live map[string]int64, key string, rev int64) string {
+	if live[key] != rev {
+		return "its key was gone"
+	}
+	older, olderWriters := 0, 0
+	for k, r := range live {
+		if r < rev {
+			older++
+			if strings.HasPrefix(k, prefix+"w/") {
+				olderWriters++
+			}
+		}
+	}
+	switch {
+	case kind == fencing.KindSemaphore && older >= sharedPermits:
+		return fmt.Sprintf("%d keys were older: more than %d permits", older, sharedPermits)
+	case kind == fencing.KindRWLock && strings.HasPrefix(key, prefix+"w/") && older > 0:
+		return fmt.Sprintf("a writer, with %d older keys alive", older)
+	case kind == fencing.KindRWLock && olderWriters > 0:
+		return fmt.Sprintf("a reader, with %d older writers alive", olderWriters)
+	}
+	return ""
+}
+
+// sharedWorker holds one session at a time until ctx ends: it takes a
+// permit (or a read or write hold) again and again, and makes one to four
+// guarded writes under each, each after a pause, as from a process that
+// may have lost its hold meanwhile.
+func sharedWorker(ctx context.Context, name string, kind fencing.Kind, cli *clientv3.Client, rng *rand.Rand, emit func(event)) {
+	for ctx.Err() == nil {
+		s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(ttl), fencing.WithIdentity(name))
+		if err != nil {
+			pause(ctx, 100*time.Millisecond)
+			continue
+		}
+		for ctx.Err() == nil && s.Err() == nil {
+			lctx, cancel := context.WithTimeout(ctx, 5*ttl)
+			h, err := take(lctx, s, kind, rng)
+			cancel()
+			if err != nil {
+				continue
+			}
+			emit(event{worker: name, kind: "acquire", token: h.Token().Revision})
+			for range 1 + rng.IntN(4) {
+				pause(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
+				// Sent even if ctx ended meanwhile: fencing must stop it.
+				wctx, cancel := context.WithTimeout(context.Background(), ttl)
+				mark := h.Key() + " " + strconv.FormatInt(h.Token().Revision, 10)
+				txn, err := guard.Txn(wctx, h).Then(clientv3.OpPut(sharedMarks+name, mark)).Commit()
+				cancel()
+				e := event{worker: name, kind: "write", token: h.Token().Revision}
+				e.outcome, e.rev = outcome(txn, err)
+				emit(e)
+			}
+			uctx, cancel := context.WithTimeout(context.Background(), ttl)
+			h.Unlock(uctx)
+			cancel()
+			emit(event{worker: name, kind: "release", token: h.Token().Revision})
+		}
+		s.Close(context.Background())
+	}
+}
+
+// take takes a hold of the workload's kind: a permit, or a write hold one
+// time in three and else a read hold.
+func take(ctx context.Context, s *fencing.Session, kind fencing.Kind, rng *rand.Rand) (*fencing.Hold, error) {
+	if kind == fencing.KindSemaphore {
+		m, err := fencing.NewSemaphore(s, sharedName, sharedPermits)
+		if err != nil {
+			return nil, err
+		}
+		return m.Acquire(ctx)
+	}
+	m, err := fencing.NewRWMutex(s, sharedName)
+	if err != nil {
+		return nil, err
+	}
+	if rng.IntN(3) == 0 {
+		return m.Lock(ctx)
+	}
+	return m.RLock(ctx)
+}
+
+// sharedWorkerHelper runs sharedWorker in a subprocess until stdin
+// closes. Args: name, kind, store (unused), endpoints...
+func sharedWorkerHelper(args []string) int {
+	return asHelper(args[3:], func(ctx context.Context, cli *clientv3.Client) {
+		sharedWorker(ctx, args[0], fencing.Kind(args[1]), cli, rand.New(rand.NewPCG(uint64(os.Getpid()), 5)), func(e event) { fmt.Println(e) })
+	})
+}
