@@ -213,3 +213,43 @@ func putsUnder(t *testing.T, kind fencing.Kind, name string) func(string, any) b
 	}
 	return func(_ string, req any) bool { return etcdtest.PutsUnder(req, p) }
 }
+
+// Each wait, and every call of the new kinds, returns by its ctx's
+// deadline through a blackholed link (as the mutex's do, see
+// TestCallsKeepTheirDeadline); healed, the session's cleanup leaves no key.
+func TestSharedCallsKeepTheirDeadline(t *testing.T) {
+	for _, w := range waitShapes {
+		t.Run(w.name, func(t *testing.T) {
+			t.Parallel()
+			c := etcdtest.Single(t)
+			cli, link := c.ProxiedClient(t)
+			const ttl = 20 * time.Second
+			lctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			wt := w.startOn(t, c, cli, lctx, fencing.WithTTL(ttl))
+			sem, rw := newSemaphore(t, wt.s, "deadline-free", 2), newRWMutex(t, wt.s, "deadline-free")
+			ownPermit, ownRead := acquire(t, newSemaphore(t, wt.s, "deadline-own", 2)), take(t, newRWMutex(t, wt.s, "deadline-own").RLock)
+			link.Blackhole()
+			deadline, _ := lctx.Deadline()
+			err := fencingtest.ReturnsBy(t, time.Until(deadline)+overrun, "the wait with a 3 s ctx", func() error { return (<-wt.done).err })
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("the wait: %v, want DeadlineExceeded", err)
+			}
+			for what, call := range map[string]func(context.Context) (*fencing.Hold, error){
+				"Semaphore.TryAcquire": sem.TryAcquire, "Semaphore.Acquire": sem.Acquire,
+				"RWMutex.TryLock": rw.TryLock, "RWMutex.TryRLock": rw.TryRLock, "RWMutex.Lock": rw.Lock, "RWMutex.RLock": rw.RLock,
+			} {
+				withinDeadline(t, what, time.Second, func(ctx context.Context) error { _, err := call(ctx); return err })
+			}
+			withinDeadline(t, "Unlock of a permit", time.Second, ownPermit.Unlock)
+			withinDeadline(t, "Unlock of a read hold", time.Second, ownRead.Unlock)
+			link.Restore()
+			wt.release(t)
+			// An enqueue whose reply was lost may be applied after the first
+			// delete: its key goes with the second, one TTL later.
+			etcdtest.WaitFor(t, ttl+wait, "no key of the failed calls left", func() bool {
+				return w.keysOf(t, c, wt.s) == 0 && len(c.Keys(t, "leasehold/deadline-free#")) == 0
+			})
+		})
+	}
+}
