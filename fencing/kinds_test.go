@@ -51,13 +51,7 @@ func TestKindsStopBeforeServerDeletes(t *testing.T) {
 					work := h.Context()
 					return func() error {
 						link.Blackhole()
-						if _, err := etcdtest.StoppedBefore(work.Done(), deletion); err != nil {
-							return fmt.Errorf("%v: %w", h.Token(), err)
-						}
-						if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
-							return fmt.Errorf("%v: cause %v; want ErrLeaseUnconfirmed", h.Token(), cause)
-						}
-						return nil
+						return fencingtest.StoppedBeforeDeletion(h, work, deletion)
 					}
 				})
 		})

@@ -3,7 +3,6 @@ package guard_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -22,21 +21,9 @@ func TestBlackholedHolderStopsBeforeServerDeletes(t *testing.T) {
 			work := watch(t, h)
 			return func() error {
 				link.Blackhole()
-				return stoppedBefore(h, work, deletion)
+				return fencingtest.StoppedBeforeDeletion(h, work, deletion)
 			}
 		})
-}
-
-// stoppedBefore checks that work ended, for an unconfirmed lease, before the
-// deletion of h's key was seen.
-func stoppedBefore(h *fencing.Hold, work context.Context, deletion <-chan time.Time) error {
-	if _, err := etcdtest.StoppedBefore(work.Done(), deletion); err != nil {
-		return fmt.Errorf("%v: %w", h.Token(), err)
-	}
-	if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
-		return fmt.Errorf("%v: cause %v; want ErrLeaseUnconfirmed", h.Token(), cause)
-	}
-	return nil
 }
 
 // S2 under a real pause: a holder SIGSTOPped past its TTL loses the lock to

@@ -5,6 +5,7 @@ package fencingtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -162,6 +163,18 @@ func BlackholeTrialsOf(t *testing.T, c *etcdtest.Cluster, n int, ttl time.Durati
 			t.Error(err)
 		}
 	}
+}
+
+// StoppedBeforeDeletion checks that work, h's watched context, ended for
+// an unconfirmed lease before the deletion of h's key was seen.
+func StoppedBeforeDeletion(h *fencing.Hold, work context.Context, deletion <-chan time.Time) error {
+	if _, err := etcdtest.StoppedBefore(work.Done(), deletion); err != nil {
+		return fmt.Errorf("%v: %w", h.Token(), err)
+	}
+	if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
+		return fmt.Errorf("%v: cause %v; want ErrLeaseUnconfirmed", h.Token(), cause)
+	}
+	return nil
 }
 
 // ReturnsBy runs call and waits for it to return, for at most limit: a call

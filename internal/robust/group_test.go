@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,14 +68,7 @@ func TestGroupUnderFaults(t *testing.T) {
 	h.stopAll()
 	wg.Wait()
 	all := events()
-	resp, err := c.Admin.Get(t.Context(), "robust/none")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hist.until(t, resp.Header.Revision)
-	hist.mu.Lock()
-	raw := slices.Clone(hist.raw)
-	hist.mu.Unlock()
+	raw := hist.events(t, c)
 	acked, incs := 0, 0
 	for _, e := range all {
 		if e.kind == "write" && e.outcome == "ok" {

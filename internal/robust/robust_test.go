@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -216,6 +217,19 @@ func (h *history) progress() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.seen
+}
+
+// events waits until the history has seen everything written so far, and
+// returns every event, in order.
+func (h *history) events(t *testing.T, c *etcdtest.Cluster) []*clientv3.Event {
+	resp, err := c.Admin.Get(t.Context(), "robust/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.until(t, resp.Header.Revision)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.raw)
 }
 
 // until waits until the history has seen rev, and returns it.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,15 +66,7 @@ func sharedUnderFaults(t *testing.T, kind fencing.Kind) {
 	etcdtest.WaitFor(t, time.Minute, "every key of the workload gone (killed workers' leases expire)", func() bool {
 		return len(c.Keys(t, queuePrefix(kind))) == 0
 	})
-	resp, err := c.Admin.Get(t.Context(), "robust/none")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hist.until(t, resp.Header.Revision)
-	hist.mu.Lock()
-	raw := slices.Clone(hist.raw)
-	hist.mu.Unlock()
-	r := checkShared(kind, raw)
+	r := checkShared(kind, hist.events(t, c))
 	acked := 0
 	for _, e := range all {
 		if e.kind == "write" && e.outcome == "ok" {
