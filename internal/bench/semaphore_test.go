@@ -1,10 +1,13 @@
 package bench_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,126 +132,308 @@ func BenchmarkSemaphoreRequestsPerRelease(b *testing.B) {
 	for _, waiters := range []int{1, 10, 100, 1000} {
 		for _, impl := range []string{"mutex", "semaphore-2"} {
 			b.Run(fmt.Sprintf("waiters=%d/%s", waiters, impl), func(b *testing.B) {
-				var (
-					ctr     etcdtest.Counter
-					watches watchStats
-				)
-				counted := []etcdtest.ClientOption{etcdtest.WithCounter(&ctr), withWatchStats(&watches)}
-				holders, queue := benchSession(b, c, counted...), benchSession(b, c, counted...)
+				ch := &releaseChain{c: c, limit: 1, waiters: waiters}
+				holders, queue := benchSession(b, c, ch.options()...), benchSession(b, c, ch.options()...)
 				name := fmt.Sprintf("per-release-%d-%s-%s", waiters, impl, strconv.FormatInt(time.Now().UnixNano(), 36))
-				kind, limit, lockOn := fencing.KindLock, 1, func(s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
+				kind, lockOn := fencing.KindLock, func(s *fencing.Session) acquireFunc {
 					m, err := fencing.NewMutex(s, name)
 					if err != nil {
 						b.Fatal(err)
 					}
-					return m.Lock
+					return releaser(m.Lock)
 				}
 				if impl == "semaphore-2" {
-					kind, limit, lockOn = fencing.KindSemaphore, 2, func(s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
+					kind, ch.limit, ch.touches, lockOn = fencing.KindSemaphore, 2, true, func(s *fencing.Session) acquireFunc {
 						m, err := fencing.NewSemaphore(s, name, 2)
 						if err != nil {
 							b.Fatal(err)
 						}
-						return m.Acquire
+						return releaser(m.Acquire)
 					}
 				}
-				prefix, err := inspect.KeyPrefix(fencing.DefaultRoot, kind, name)
-				if err != nil {
+				var err error
+				if ch.prefix, err = inspect.KeyPrefix(fencing.DefaultRoot, kind, name); err != nil {
 					b.Fatal(err)
 				}
-				hold, wait := lockOn(holders), lockOn(queue)
-				first := min(limit, waiters)        // holders released to start the chain
-				releasers := int64(waiters - first) // waiters that release at once; the rest keep
-				var (
-					requests, wakeups, events int
-					window                    time.Duration
-					before                    = map[string]int{}
-					spent                     = map[string]int{}
-				)
+				ch.hold, ch.wait = lockOn(holders), lockOn(queue)
 				b.ResetTimer()
 				for range b.N {
-					b.StopTimer()
-					held := make([]*fencing.Hold, limit)
-					for i := range held {
-						if held[i], err = hold(ctx); err != nil {
-							b.Fatal(err)
-						}
-					}
-					var (
-						admitted atomic.Int64
-						wg       sync.WaitGroup
-						results  = make(chan *fencing.Hold, waiters) // nil once released
-					)
-					for range waiters {
-						armed := watches.created.Load()
-						wg.Go(func() {
-							h, err := wait(ctx)
-							if err != nil {
-								b.Error(err)
-							} else if admitted.Add(1) <= releasers {
-								if err := h.Unlock(ctx); err != nil {
-									b.Error(err)
-								}
-								h = nil
-							}
-							results <- h
-						})
-						etcdtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool { return watches.created.Load() > armed })
-					}
-					etcdtest.WaitFor(b, time.Minute, "every key queued", func() bool { return queued(b, c, prefix) == int64(limit+waiters) })
-					for _, m := range slices.Concat(kvMethods, []string{"LeaseTimeToLive", "LeaseGrant", "LeaseRevoke"}) {
-						before[m] = ctr.Requests(m)
-					}
-					r0, wk0, ev0 := kvRequests(&ctr), watches.wakeups.Load(), watches.events.Load()
-					b.StartTimer()
-					start := time.Now()
-					for _, h := range held[:first] {
-						if err := h.Unlock(ctx); err != nil {
-							b.Fatal(err)
-						}
-					}
-					var keep []*fencing.Hold
-					for range waiters {
-						if h := <-results; h != nil {
-							keep = append(keep, h)
-						}
-					}
-					window += time.Since(start)
-					b.StopTimer()
-					// An admitted waiter cancels its watch in the background (but
-					// the last watch of the client closes the stream instead, with
-					// no message), and a semaphore's touches its key: count those
-					// requests too.
-					cancels := func() int { return ctr.Requests("Watch") - before["Watch"] }
-					if !within(5*time.Second, func() bool { return cancels() >= waiters-1 }) {
-						b.Logf("only %d of %d watch cancels sent", cancels(), waiters-1)
-					}
-					if limit > 1 {
-						etcdtest.WaitFor(b, time.Minute, "the keepers' touches", func() bool { return touched(b, c, prefix) >= len(keep) })
-					}
-					requests += kvRequests(&ctr) - r0
-					wakeups += int(watches.wakeups.Load() - wk0)
-					events += int(watches.events.Load() - ev0)
-					for m, n := range before {
-						spent[m] += ctr.Requests(m) - n
-					}
-					for _, h := range append(held[first:], keep...) {
-						if err := h.Unlock(ctx); err != nil {
-							b.Fatal(err)
-						}
-					}
-					wg.Wait()
-					etcdtest.WaitFor(b, time.Minute, "an empty queue", func() bool { return queued(b, c, prefix) == 0 })
-					b.StartTimer()
+					ch.run(b, ctx)
 				}
 				b.StopTimer()
-				releases := float64(waiters * b.N)
-				b.ReportMetric(float64(requests)/releases, "requests/release")
-				b.ReportMetric(float64(wakeups)/releases, "wakeups/release")
-				b.ReportMetric(float64(events)/releases, "events/release")
-				b.ReportMetric(float64(window.Microseconds())/1000/releases, "ms/release")
-				b.Logf("requests by method over %v releases: %v", releases, spent)
+				ch.report(b, "")
 			})
+		}
+	}
+}
+
+// acquireFunc takes a lock or a permit and returns its release.
+type acquireFunc func(context.Context) (release func(context.Context) error, err error)
+
+// releaser is acquire returning its hold's Unlock.
+func releaser(acquire func(context.Context) (*fencing.Hold, error)) acquireFunc {
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		h, err := acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return h.Unlock, nil
+	}
+}
+
+// releaseChain is the release chain of BenchmarkSemaphoreRequestsPerRelease
+// on one lock or semaphore, whose keys are under prefix: hold fills its
+// limit permits, wait queues the waiters, both on clients made with
+// options, and run adds up what each chain cost.
+type releaseChain struct {
+	c              *etcdtest.Cluster
+	prefix         string
+	limit, waiters int
+	hold, wait     acquireFunc
+	touches        bool // an admitted waiter touches its key in the background (a Semaphore of limit > 1)
+	ctr            etcdtest.Counter
+	watches        watchStats
+
+	requests, wakeups, events int
+	window                    time.Duration
+	spent                     map[string]int // requests by method
+}
+
+func (ch *releaseChain) options() []etcdtest.ClientOption {
+	return []etcdtest.ClientOption{etcdtest.WithCounter(&ch.ctr), withWatchStats(&ch.watches)}
+}
+
+// run is one iteration: it fills the permits, queues the waiters one by one
+// (each once the previous one's watch is armed), and times and counts the
+// chain of releases with the benchmark's timer on; then it releases the
+// rest, off the timer.
+func (ch *releaseChain) run(b *testing.B, ctx context.Context) {
+	b.StopTimer()
+	if ch.spent == nil {
+		ch.spent = map[string]int{}
+	}
+	first := min(ch.limit, ch.waiters)     // holders released to start the chain
+	releasers := int64(ch.waiters - first) // waiters that release at once; the rest keep
+	held := make([]func(context.Context) error, ch.limit)
+	for i := range held {
+		var err error
+		if held[i], err = ch.hold(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var (
+		admitted atomic.Int64
+		wg       sync.WaitGroup
+		results  = make(chan func(context.Context) error, ch.waiters) // nil once released
+	)
+	for range ch.waiters {
+		armed := ch.watches.created.Load()
+		wg.Go(func() {
+			release, err := ch.wait(ctx)
+			if err != nil {
+				b.Error(err)
+			} else if admitted.Add(1) <= releasers {
+				if err := release(ctx); err != nil {
+					b.Error(err)
+				}
+				release = nil
+			}
+			results <- release
+		})
+		etcdtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool { return ch.watches.created.Load() > armed })
+	}
+	etcdtest.WaitFor(b, time.Minute, "every key queued", func() bool { return queued(b, ch.c, ch.prefix) == int64(ch.limit+ch.waiters) })
+	before := map[string]int{}
+	for _, m := range slices.Concat(kvMethods, []string{"LeaseTimeToLive", "LeaseGrant", "LeaseRevoke"}) {
+		before[m] = ch.ctr.Requests(m)
+	}
+	r0, wk0, ev0 := kvRequests(&ch.ctr), ch.watches.wakeups.Load(), ch.watches.events.Load()
+	b.StartTimer()
+	start := time.Now()
+	for _, release := range held[:first] {
+		if err := release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var keep []func(context.Context) error
+	for range ch.waiters {
+		if release := <-results; release != nil {
+			keep = append(keep, release)
+		}
+	}
+	ch.window += time.Since(start)
+	b.StopTimer()
+	// An admitted waiter cancels its watch in the background (but the last
+	// watch of the client closes the stream instead, with no message), and
+	// a semaphore's touches its key: count those requests too.
+	cancels := func() int { return ch.ctr.Requests("Watch") - before["Watch"] }
+	if !within(5*time.Second, func() bool { return cancels() >= ch.waiters-1 }) {
+		b.Logf("only %d of %d watch cancels sent", cancels(), ch.waiters-1)
+	}
+	if ch.touches {
+		etcdtest.WaitFor(b, time.Minute, "the keepers' touches", func() bool { return touched(b, ch.c, ch.prefix) >= len(keep) })
+	}
+	ch.requests += kvRequests(&ch.ctr) - r0
+	ch.wakeups += int(ch.watches.wakeups.Load() - wk0)
+	ch.events += int(ch.watches.events.Load() - ev0)
+	for m, n := range before {
+		ch.spent[m] += ch.ctr.Requests(m) - n
+	}
+	for _, release := range append(held[first:], keep...) {
+		if err := release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wg.Wait()
+	etcdtest.WaitFor(b, time.Minute, "an empty queue", func() bool { return queued(b, ch.c, ch.prefix) == 0 })
+	b.StartTimer()
+}
+
+// report reports the chains' costs per release, each metric's name after
+// label.
+func (ch *releaseChain) report(b *testing.B, label string) {
+	releases := float64(ch.waiters * b.N)
+	b.ReportMetric(float64(ch.requests)/releases, label+"requests/release")
+	b.ReportMetric(float64(ch.wakeups)/releases, label+"wakeups/release")
+	b.ReportMetric(float64(ch.events)/releases, label+"events/release")
+	b.ReportMetric(float64(ch.window.Microseconds())/1000/releases, label+"ms/release")
+	b.Logf("%srequests by method over %v releases: %v", label, releases, ch.spent)
+}
+
+// BenchmarkSemaphoreVsConcurrency compares leasehold's Semaphore of two
+// permits with obviousSemaphore, the same semaphore built the obvious way on
+// etcd's concurrency package. uncontended times Acquire+release on free
+// permits (p50 of each); waiters=W runs BenchmarkSemaphoreRequestsPerRelease's
+// chain on each (the permits filled from one session, W waiters queued on
+// another, each admitted waiter releasing at once) and reports each side's
+// requests, wakeups and events per release, and ms/release, counted over
+// both sessions' clients. Every iteration runs both, in alternating order.
+// A p50 needs many samples: run uncontended alone with -benchtime 1000x.
+func BenchmarkSemaphoreVsConcurrency(b *testing.B) {
+	const limit = 2
+	c := cluster(b)
+	ctx := etcdtest.Context(b, 30*time.Minute)
+	labels := []string{"ours-", "obvious-"}
+	b.Run("uncontended", func(b *testing.B) {
+		sides := semaphoreChains(b, c, "uncontended", limit, 0)
+		var d [2][]time.Duration
+		cycle := func(side int) time.Duration {
+			start := time.Now()
+			release, err := sides[side].hold(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			return time.Since(start)
+		}
+		for range 20 { // warm both
+			cycle(0)
+			cycle(1)
+		}
+		b.ResetTimer()
+		for n := range b.N {
+			for _, side := range []int{n % 2, 1 - n%2} {
+				d[side] = append(d[side], cycle(side))
+			}
+		}
+		b.StopTimer()
+		for side, label := range labels {
+			b.ReportMetric(percentileMs(d[side], 0.5), label+"p50-ms")
+		}
+	})
+	for _, waiters := range []int{1, 10, 100} {
+		b.Run("waiters="+strconv.Itoa(waiters), func(b *testing.B) {
+			sides := semaphoreChains(b, c, "waiters-"+strconv.Itoa(waiters), limit, waiters)
+			b.ResetTimer()
+			for n := range b.N {
+				for _, side := range []int{n % 2, 1 - n%2} {
+					sides[side].run(b, ctx)
+				}
+			}
+			b.StopTimer()
+			for side, label := range labels {
+				sides[side].report(b, label)
+			}
+		})
+	}
+}
+
+// semaphoreChains returns the release chains of a Semaphore and of an
+// obviousSemaphore, of limit permits, each with a session for the holders
+// and one for the waiters.
+func semaphoreChains(b *testing.B, c *etcdtest.Cluster, name string, limit, waiters int) [2]*releaseChain {
+	name = "vs-concurrency-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	ours := &releaseChain{c: c, limit: limit, waiters: waiters, touches: limit > 1}
+	obvious := &releaseChain{c: c, limit: limit, waiters: waiters, prefix: "obvious/" + name + "/"}
+	var err error
+	if ours.prefix, err = inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, name); err != nil {
+		b.Fatal(err)
+	}
+	semaphore := func() acquireFunc {
+		m, err := fencing.NewSemaphore(benchSession(b, c, ours.options()...), name, limit)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return releaser(m.Acquire)
+	}
+	obviously := func() acquireFunc {
+		cs, err := concurrency.NewSession(c.Client(b, obvious.options()...), concurrency.WithTTL(10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cs.Close() })
+		return (&obviousSemaphore{s: cs, prefix: obvious.prefix, limit: int64(limit)}).acquire
+	}
+	ours.hold, ours.wait = semaphore(), semaphore()
+	obvious.hold, obvious.wait = obviously(), obviously()
+	return [2]*releaseChain{ours, obvious}
+}
+
+// obviousSemaphore is a counting semaphore of limit permits built the
+// obvious way on etcd's concurrency package: each acquire puts a key of its
+// own under prefix, on the session's lease, and holds once that key is
+// among the limit oldest by create revision. Until then it watches the
+// prefix for deletes, from just after its read, and reads again on each.
+// So every release wakes every waiter, and each of them reads: a herd.
+// Release deletes the key.
+type obviousSemaphore struct {
+	s      *concurrency.Session
+	prefix string
+	limit  int64
+	keys   atomic.Int64 // numbers the keys of the session's acquires
+}
+
+func (m *obviousSemaphore) acquire(ctx context.Context) (func(context.Context) error, error) {
+	cli, lease := m.s.Client(), m.s.Lease()
+	key := fmt.Sprintf("%s%x-%d", m.prefix, lease, m.keys.Add(1))
+	release := func(ctx context.Context) error {
+		_, err := cli.Delete(ctx, key)
+		return err
+	}
+	if _, err := cli.Put(ctx, key, "", clientv3.WithLease(lease)); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var deletes clientv3.WatchChan
+	for {
+		resp, err := cli.Get(ctx, m.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(m.limit))
+		if err != nil {
+			return nil, errors.Join(err, release(context.WithoutCancel(ctx)))
+		}
+		for _, kv := range resp.Kvs {
+			if string(kv.Key) == key {
+				return release, nil
+			}
+		}
+		if deletes == nil {
+			deletes = cli.Watch(wctx, m.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(resp.Header.Revision+1))
+		}
+		if wr, ok := <-deletes; !ok || wr.Err() != nil {
+			return nil, errors.Join(cmp.Or(wr.Err(), ctx.Err(), errors.New("watch closed")), release(context.WithoutCancel(ctx)))
 		}
 	}
 }
@@ -305,21 +490,27 @@ func BenchmarkRWMutexHandoff(b *testing.B) {
 	}
 }
 
-// rwSide is one implementation's read-write lock in BenchmarkRWMutexHandoff:
-// two writers and the readers, each on its own session and client, all
-// counting into ctr.
+// rwSide is one implementation's read-write lock in BenchmarkRWMutexHandoff
+// and BenchmarkRWMutexReadersToWriter: two writers and the readers, each on
+// its own session and client, all counting into ctr, the writers also into
+// writerCtr.
 type rwSide struct {
 	c             *etcdtest.Cluster
 	ctr           etcdtest.Counter
-	writerWatches watchStats // both writers' clients
-	readerWatches watchStats // the readers' client
-	prefix        string     // where the lock's keys live
+	writerCtr     etcdtest.Counter // both writers' clients
+	writerWatches watchStats       // both writers' clients
+	readerWatches watchStats       // the readers' client
+	prefix        string           // where the lock's keys live
 	lock          [2]func() (unlock func() error, err error)
 	rlock         func() (unlock func() error, err error)
 }
 
 func (s *rwSide) options(w *watchStats) []etcdtest.ClientOption {
-	return []etcdtest.ClientOption{etcdtest.WithCounter(&s.ctr), withWatchStats(w)}
+	opts := []etcdtest.ClientOption{etcdtest.WithCounter(&s.ctr), withWatchStats(w)}
+	if w == &s.writerWatches {
+		opts = append(opts, etcdtest.WithCounter(&s.writerCtr))
+	}
+	return opts
 }
 
 func oursRW(b *testing.B, c *etcdtest.Cluster, ctx context.Context, name string) *rwSide {
@@ -375,10 +566,13 @@ func recipeRW(b *testing.B, c *etcdtest.Cluster, name string) *rwSide {
 	return s
 }
 
+// rwResults adds up what the cycles of one side measured. requests are all
+// clients' in BenchmarkRWMutexHandoff, the writer's in
+// BenchmarkRWMutexReadersToWriter.
 type rwResults struct {
-	handoff, readersIn       []time.Duration
-	requests, readerRequests int
-	readerWakeups            int64
+	handoff, readersIn           []time.Duration
+	requests, readerRequests     int
+	readerWakeups, writerWakeups int64
 }
 
 // cycle runs one writer handoff with readers queued behind writer 2, then
@@ -511,34 +705,66 @@ func touched(b *testing.B, c *etcdtest.Cluster, prefix string) int {
 // watchStats counts, below clientv3, what the watches of the clients it is
 // attached to (withWatchStats) receive: created notices (a watch armed on
 // the server), and responses that carry events, each of which wakes one
-// watch, with their events.
-type watchStats struct{ created, wakeups, events atomic.Int64 }
+// watch, with their events. For idle, it also counts the watch creates
+// sent and the KV calls (Range, Txn, ...) in flight, and notes when the
+// clients last sent or received any message (last, in Unix nanoseconds).
+type watchStats struct{ created, wakeups, events, creates, calls, last atomic.Int64 }
+
+// idle reports whether the clients have no KV call in flight and no watch
+// waiting to be armed, and have sent and received nothing for d.
+func (w *watchStats) idle(d time.Duration) bool {
+	return w.calls.Load() == 0 && w.creates.Load() == w.created.Load() && time.Now().UnixNano()-w.last.Load() >= d.Nanoseconds()
+}
 
 func withWatchStats(w *watchStats) etcdtest.ClientOption {
 	return func(cfg *clientv3.Config) { cfg.DialOptions = append(cfg.DialOptions, grpc.WithStatsHandler(w)) }
 }
 
+// kvCall marks the context of a call of etcd's KV service, which is unary.
+type kvCall struct{}
+
 // HandleRPC implements stats.Handler.
-func (w *watchStats) HandleRPC(_ context.Context, s stats.RPCStats) {
-	in, ok := s.(*stats.InPayload)
-	if !ok || !in.Client {
+func (w *watchStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if !s.IsClient() {
 		return
 	}
-	resp, ok := in.Payload.(*etcdserverpb.WatchResponse)
-	if !ok {
-		return
-	}
-	if resp.Created {
-		w.created.Add(1)
-	}
-	if len(resp.Events) > 0 {
-		w.wakeups.Add(1)
-		w.events.Add(int64(len(resp.Events)))
+	switch s := s.(type) {
+	case *stats.Begin:
+		if ctx.Value(kvCall{}) != nil {
+			w.calls.Add(1)
+		}
+	case *stats.End:
+		if ctx.Value(kvCall{}) != nil {
+			w.calls.Add(-1)
+		}
+	case *stats.OutPayload:
+		w.last.Store(time.Now().UnixNano())
+		if req, ok := s.Payload.(*etcdserverpb.WatchRequest); ok && req.GetCreateRequest() != nil {
+			w.creates.Add(1)
+		}
+	case *stats.InPayload:
+		w.last.Store(time.Now().UnixNano())
+		resp, ok := s.Payload.(*etcdserverpb.WatchResponse)
+		if !ok {
+			return
+		}
+		if resp.Created {
+			w.created.Add(1)
+		}
+		if len(resp.Events) > 0 {
+			w.wakeups.Add(1)
+			w.events.Add(int64(len(resp.Events)))
+		}
 	}
 }
 
 // TagRPC implements stats.Handler.
-func (w *watchStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (w *watchStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if strings.HasPrefix(info.FullMethodName, "/etcdserverpb.KV/") {
+		return context.WithValue(ctx, kvCall{}, true)
+	}
+	return ctx
+}
 
 // TagConn implements stats.Handler.
 func (w *watchStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
