@@ -178,12 +178,7 @@ func BenchmarkLockNameHistory(b *testing.B) {
 				}
 				total[i] = append(total[i], time.Since(start))
 			}
-			b.ResetTimer()
-			for n := range b.N {
-				run(n % 2)
-				run(1 - n%2)
-			}
-			b.StopTimer()
+			alternate(b, 0, func(side int, _ bool) { run(side) })
 			p50 := func(d []time.Duration) float64 {
 				slices.Sort(d)
 				return float64(d[len(d)/2].Microseconds()) / 1000

@@ -183,6 +183,34 @@ func (c *counters) requests() int {
 	return n
 }
 
+// alternate runs cycle(side, timed) for sides 0 and 1: warm times each,
+// untimed, then b.N times each under the timer, in alternating order per
+// iteration, so that drift in the machine's load falls on both alike.
+func alternate(b *testing.B, warm int, cycle func(side int, timed bool)) {
+	for range warm {
+		cycle(0, false)
+		cycle(1, false)
+	}
+	b.ResetTimer()
+	for n := range b.N {
+		for _, side := range []int{n % 2, 1 - n%2} {
+			cycle(side, true)
+		}
+	}
+	b.StopTimer()
+}
+
+// alternateTimes is alternate for a cycle that measures itself: it returns
+// each side's timed durations.
+func alternateTimes(b *testing.B, warm int, cycle func(side int) time.Duration) (d [2][]time.Duration) {
+	alternate(b, warm, func(side int, timed bool) {
+		if t := cycle(side); timed {
+			d[side] = append(d[side], t)
+		}
+	})
+	return d
+}
+
 // percentileMs is the p-th percentile of d (0 < p < 1), in milliseconds; d
 // is left as it was.
 func percentileMs(d []time.Duration, p float64) float64 {

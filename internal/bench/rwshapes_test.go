@@ -40,17 +40,14 @@ func BenchmarkRWMutexReadersToWriter(b *testing.B) {
 		b.Run("readers="+strconv.Itoa(readers), func(b *testing.B) {
 			name := fmt.Sprintf("readers-to-writer-%d-%s", readers, strconv.FormatInt(time.Now().UnixNano(), 36))
 			sides := [2]*rwSide{oursRW(b, c, ctx, name), recipeRW(b, c, name)}
-			for _, s := range sides { // warm both
-				s.readersToWriter(b, 1, &rwResults{})
-			}
 			var res [2]rwResults
-			b.ResetTimer()
-			for n := range b.N {
-				for _, side := range []int{n % 2, 1 - n%2} {
+			alternate(b, 1, func(side int, timed bool) {
+				if timed {
 					sides[side].readersToWriter(b, readers, &res[side])
+				} else { // warm both, with one reader
+					sides[side].readersToWriter(b, 1, &rwResults{})
 				}
-			}
-			b.StopTimer()
+			})
 			for side, label := range []string{"ours", "recipe"} {
 				r := &res[side]
 				b.ReportMetric(float64(r.requests)/float64(b.N), label+"-writer-req/handoff")

@@ -85,18 +85,7 @@ func BenchmarkSemaphoreVsMutex(b *testing.B) {
 				}
 				return w.at.Sub(start)
 			}
-			var d [2][]time.Duration
-			for range 20 { // warm both queues and sessions
-				cycle(0)
-				cycle(1)
-			}
-			b.ResetTimer()
-			for n := range b.N {
-				for _, side := range []int{n % 2, 1 - n%2} {
-					d[side] = append(d[side], cycle(side))
-				}
-			}
-			b.StopTimer()
+			d := alternateTimes(b, 20, cycle) // 20 cycles warm both queues and sessions
 			for side, label := range []string{"sem", "mutex"} {
 				b.ReportMetric(percentileMs(d[side], 0.5), label+"-p50-ms")
 				b.ReportMetric(percentileMs(d[side], 0.99), label+"-p99-ms")
@@ -316,8 +305,7 @@ func BenchmarkSemaphoreVsConcurrency(b *testing.B) {
 	labels := []string{"ours-", "obvious-"}
 	b.Run("uncontended", func(b *testing.B) {
 		sides := semaphoreChains(b, c, "uncontended", limit, 0)
-		var d [2][]time.Duration
-		cycle := func(side int) time.Duration {
+		d := alternateTimes(b, 20, func(side int) time.Duration {
 			start := time.Now()
 			release, err := sides[side].hold(ctx)
 			if err != nil {
@@ -327,18 +315,7 @@ func BenchmarkSemaphoreVsConcurrency(b *testing.B) {
 				b.Fatal(err)
 			}
 			return time.Since(start)
-		}
-		for range 20 { // warm both
-			cycle(0)
-			cycle(1)
-		}
-		b.ResetTimer()
-		for n := range b.N {
-			for _, side := range []int{n % 2, 1 - n%2} {
-				d[side] = append(d[side], cycle(side))
-			}
-		}
-		b.StopTimer()
+		})
 		for side, label := range labels {
 			b.ReportMetric(percentileMs(d[side], 0.5), label+"p50-ms")
 		}
@@ -346,13 +323,7 @@ func BenchmarkSemaphoreVsConcurrency(b *testing.B) {
 	for _, waiters := range []int{1, 10, 100} {
 		b.Run("waiters="+strconv.Itoa(waiters), func(b *testing.B) {
 			sides := semaphoreChains(b, c, "waiters-"+strconv.Itoa(waiters), limit, waiters)
-			b.ResetTimer()
-			for n := range b.N {
-				for _, side := range []int{n % 2, 1 - n%2} {
-					sides[side].run(b, ctx)
-				}
-			}
-			b.StopTimer()
+			alternate(b, 0, func(side int, _ bool) { sides[side].run(b, ctx) })
 			for side, label := range labels {
 				sides[side].report(b, label)
 			}
@@ -465,17 +436,13 @@ func BenchmarkRWMutexHandoff(b *testing.B) {
 			name := fmt.Sprintf("rw-handoff-%d-%s", readers, strconv.FormatInt(time.Now().UnixNano(), 36))
 			sides := [2]*rwSide{oursRW(b, c, ctx, name), recipeRW(b, c, name)}
 			var res [2]rwResults
-			for range 3 { // warm both
-				sides[0].cycle(b, ctx, readers, &rwResults{})
-				sides[1].cycle(b, ctx, readers, &rwResults{})
-			}
-			b.ResetTimer()
-			for n := range b.N {
-				for _, side := range []int{n % 2, 1 - n%2} {
+			alternate(b, 3, func(side int, timed bool) {
+				if timed {
 					sides[side].cycle(b, ctx, readers, &res[side])
+				} else {
+					sides[side].cycle(b, ctx, readers, &rwResults{})
 				}
-			}
-			b.StopTimer()
+			})
 			for side, label := range []string{"ours", "recipe"} {
 				r := &res[side]
 				b.ReportMetric(percentileMs(r.handoff, 0.5), label+"-p50-ms")
