@@ -256,7 +256,7 @@ func (ch *releaseChain) run(b *testing.B, ctx context.Context) {
 	// watch of the client closes the stream instead, with no message), and
 	// a semaphore's touches its key: count those requests too.
 	cancels := func() int { return ch.ctr.Requests("Watch") - before["Watch"] }
-	if !within(5*time.Second, func() bool { return cancels() >= ch.waiters-1 }) {
+	if !etcdtest.Within(5*time.Second, func() bool { return cancels() >= ch.waiters-1 }) {
 		b.Logf("only %d of %d watch cancels sent", cancels(), ch.waiters-1)
 	}
 	if ch.touches {
@@ -640,18 +640,6 @@ func kvRequests(ctr *etcdtest.Counter) int {
 		n += ctr.Requests(m)
 	}
 	return n
-}
-
-// within polls cond until it holds, for at most d, and reports whether it
-// held: etcdtest.WaitFor for a condition whose failure is worth a note, not
-// a failed benchmark.
-func within(d time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			return false
-		}
-	}
-	return true
 }
 
 // touched counts the keys under prefix written again since their creation.

@@ -343,13 +343,21 @@ func (c *Cluster) StopLeader(t testing.TB) int {
 // only way tests here wait: on a condition, never on a sleep.
 func WaitFor(t testing.TB, deadline time.Duration, what string, cond func() bool) {
 	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("etcdtest: gave up after %v waiting for %s", deadline, what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !Within(deadline, cond) {
+		t.Fatalf("etcdtest: gave up after %v waiting for %s", deadline, what)
 	}
+}
+
+// Within polls cond until it holds, for at most deadline, and reports
+// whether it held: WaitFor for a condition whose failure is worth a note
+// rather than a failed test.
+func Within(deadline time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(deadline); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			return false
+		}
+	}
+	return true
 }
 
 // Ended waits up to deadline for ctx to end and returns its cause, failing
