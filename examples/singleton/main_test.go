@@ -293,6 +293,7 @@ func TestCommandLine(t *testing.T) {
 		{"grace too long", []string{"--name", "x", "--ttl", "10s", "--grace", "10s", "--", "true"}, 2, "use --ttl 26s or more"},
 		{"bad name", []string{"--name", "", "--", "true"}, 2, "--name"},
 		{"unreachable", []string{"--name", "x", "--endpoints", "127.0.0.1:1", "--dial-timeout", "2s", "--", "true"}, 1, "127.0.0.1:1"},
+		{"unreachable with permits", []string{"--name", "x", "--permits", "2", "--endpoints", "127.0.0.1:1", "--dial-timeout", "2s", "--", "true"}, 1, "127.0.0.1:1"},
 		{"unreachable group", []string{"--group", "g", "--names", "a,b", "--endpoints", "127.0.0.1:1", "--dial-timeout", "2s", "--", "true"}, 1, "127.0.0.1:1"},
 		{"wrong CA", []string{"--name", "x", "--endpoints", ep, "--cacert", c.TLS.WrongCA, "--cert", c.TLS.Cert, "--key", c.TLS.Key,
 			"--dial-timeout", "2s", "--", "true"}, 1, "unknown authority"},
