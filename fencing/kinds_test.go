@@ -247,3 +247,21 @@ func TestSharedCallsKeepTheirDeadline(t *testing.T) {
 		})
 	}
 }
+
+// S4 for a failed wait: a call whose lease is revoked while it waits fails
+// with ErrSessionExpired wrapping ErrLeaseExpired, whether the session
+// learns it first or the call's own read finds the lease gone on the
+// server (with a long TTL, the session's next renewal is far off).
+func TestRevokedWaitSaysLeaseExpired(t *testing.T) {
+	for _, w := range waitShapes {
+		t.Run(w.name, func(t *testing.T) {
+			c := etcdtest.Single(t)
+			wt := w.start(t, c, etcdtest.Context(t, wait), fencing.WithTTL(60*time.Second))
+			c.Revoke(t, wt.s.Lease())
+			wt.release(t) // its turn comes: it finds its key gone, with the lease
+			if err := wt.result(t); !errors.Is(err, fencing.ErrSessionExpired) || !errors.Is(err, fencing.ErrLeaseExpired) {
+				t.Fatalf("revoked: %v; want ErrSessionExpired wrapping ErrLeaseExpired", err)
+			}
+		})
+	}
+}

@@ -128,7 +128,8 @@ func (s *Session) tryHold(ctx context.Context, op string, kind Kind, name string
 }
 
 // acquireError maps why an acquire on s failed to this package's sentinels:
-// ErrSessionExpired (wrapping the session's cause); other errors
+// ErrSessionExpired (wrapping the session's cause, or ErrLeaseExpired when
+// the server found the lease gone first); other errors
 // (ErrKeyDeleted, ctx's, the client's) pass through. Package election reaches it
 // through the session's link.
 func acquireError(s *Session, err error) error {
@@ -136,7 +137,9 @@ func acquireError(s *Session, err error) error {
 	case errors.Is(err, revqueue.ErrLost):
 		err = fmt.Errorf("%w: %w", ErrSessionExpired, s.Err())
 	case errors.Is(err, revqueue.ErrLeaseGone):
-		err = fmt.Errorf("%w: lease %x not found on the server", ErrSessionExpired, int64(s.id))
+		// The server says so before the session's next renewal does: the
+		// same cause, whichever learns first.
+		err = fmt.Errorf("%w: %w: lease %x not found on the server", ErrSessionExpired, ErrLeaseExpired, int64(s.id))
 	}
 	return err
 }
