@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { fencingtest.Main(m) }
 
 // This example takes a lock and makes a write into etcd that commits only
 // while the lock is held: a write by a holder that lost the lock (paused,

@@ -8,13 +8,14 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 )
 
 func TestNewRejectsBadInput(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	for _, name := range []string{"", "a\x00b", "\xff"} {
 		if _, err := election.New(s, name); !errors.Is(err, fencing.ErrInvalidName) {
@@ -30,32 +31,32 @@ func TestNewRejectsBadInput(t *testing.T) {
 }
 
 func TestCampaignLeaderResign(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	e := newElection(t, newSession(t, c.Client(t)), "svc")
-	if _, err := e.Leader(etcdtest.Context(t, wait)); !errors.Is(err, election.ErrNoLeader) {
+	if _, err := e.Leader(fencingtest.Context(t, wait)); !errors.Is(err, election.ErrNoLeader) {
 		t.Fatalf("Leader of an empty election: %v; want ErrNoLeader", err)
 	}
 	term := campaign(t, e, "host-a")
-	l, err := e.Leader(etcdtest.Context(t, wait))
+	l, err := e.Leader(fencingtest.Context(t, wait))
 	if err != nil || l.Value != "host-a" || l.Token != term.Token() || l.Key != term.Key() {
 		t.Fatalf("Leader = %+v, %v; want host-a with the term's token and key", l, err)
 	}
-	if err := term.Proclaim(etcdtest.Context(t, wait), "host-a:8080"); err != nil {
+	if err := term.Proclaim(fencingtest.Context(t, wait), "host-a:8080"); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := e.Leader(etcdtest.Context(t, wait)); l.Value != "host-a:8080" || term.Value() != "host-a:8080" {
+	if l, _ := e.Leader(fencingtest.Context(t, wait)); l.Value != "host-a:8080" || term.Value() != "host-a:8080" {
 		t.Fatalf("after Proclaim: Leader %q, Value %q", l.Value, term.Value())
 	}
-	if _, err := guard.Put(etcdtest.Context(t, wait), term, "svc/config", "x"); err != nil {
+	if _, err := guard.Put(fencingtest.Context(t, wait), term, "svc/config", "x"); err != nil {
 		t.Fatalf("guarded Put by the term: %v", err)
 	}
-	if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+	if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	if err := term.Resign(etcdtest.Context(t, wait)); !errors.Is(err, election.ErrNotLeader) {
+	if err := term.Resign(fencingtest.Context(t, wait)); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("second Resign: %v; want ErrNotLeader", err)
 	}
-	if err := term.Proclaim(etcdtest.Context(t, wait), "x"); !errors.Is(err, election.ErrNotLeader) {
+	if err := term.Proclaim(fencingtest.Context(t, wait), "x"); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Proclaim after Resign: %v; want ErrNotLeader", err)
 	}
 	if cause := context.Cause(term.Context()); !errors.Is(cause, election.ErrNotLeader) {
@@ -65,17 +66,17 @@ func TestCampaignLeaderResign(t *testing.T) {
 
 // Proclaim and Resign after an operator deleted the key: ErrNotLeader.
 func TestProclaimResignAfterKeyDeleted(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	term := campaign(t, newElection(t, newSession(t, c.Client(t)), "deleted"), "v")
 	ctx := term.Context()
 	c.Delete(t, term.Key())
-	if err := term.Proclaim(etcdtest.Context(t, wait), "w"); !errors.Is(err, election.ErrNotLeader) {
+	if err := term.Proclaim(fencingtest.Context(t, wait), "w"); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Proclaim: %v; want ErrNotLeader", err)
 	}
 	if c.Exists(t, term.Key()) {
 		t.Fatal("Proclaim after the delete recreated the key")
 	}
-	if err := term.Resign(etcdtest.Context(t, wait)); !errors.Is(err, election.ErrNotLeader) {
+	if err := term.Resign(fencingtest.Context(t, wait)); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Resign: %v; want ErrNotLeader", err)
 	}
 	<-ctx.Done()
@@ -88,7 +89,7 @@ func TestProclaimResignAfterKeyDeleted(t *testing.T) {
 // first attempt, held in the partition, may land after it heals; the retry
 // then finds the term gone and says ErrNotLeader. Either way the key goes.
 func TestResignRetriesAfterNetworkError(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	term := campaign(t, newElection(t, newSession(t, cli), "retry"), "v")
 	link.Blackhole()
@@ -98,7 +99,7 @@ func TestResignRetriesAfterNetworkError(t *testing.T) {
 		t.Fatalf("Resign through a blackhole: %v; want a network error", err)
 	}
 	link.Restore()
-	etcdtest.WaitFor(t, wait, "a retried Resign to get an answer", func() bool {
+	fencingtest.WaitFor(t, wait, "a retried Resign to get an answer", func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		err := term.Resign(ctx)
@@ -111,16 +112,16 @@ func TestResignRetriesAfterNetworkError(t *testing.T) {
 
 // S5: a candidate whose lease is revoked while it waits fails.
 func TestCampaignFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	campaign(t, newElection(t, newSession(t, c.Client(t)), "revoke"), "leader")
 	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second))
 	e := newElection(t, s, "revoke")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := e.Campaign(etcdtest.Context(t, wait), "candidate")
+		_, err := e.Campaign(fencingtest.Context(t, wait), "candidate")
 		errc <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "revoke"))) == 2 })
+	fencingtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "revoke"))) == 2 })
 	c.Revoke(t, s.Lease())
 	if err := <-errc; !errors.Is(err, fencing.ErrSessionExpired) {
 		t.Fatalf("Campaign with revoked lease: %v; want ErrSessionExpired", err)
@@ -132,7 +133,7 @@ func TestCampaignFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
 
 // S8: a cancelled campaign leaves no key.
 func TestCancelledCampaignLeavesNoKey(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	campaign(t, newElection(t, newSession(t, c.Client(t)), "cancel"), "leader")
 	e := newElection(t, newSession(t, c.Client(t)), "cancel")
 	ctx, cancel := context.WithCancel(t.Context())
@@ -141,7 +142,7 @@ func TestCancelledCampaignLeavesNoKey(t *testing.T) {
 		_, err := e.Campaign(ctx, "candidate")
 		errc <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "cancel"))) == 2 })
+	fencingtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "cancel"))) == 2 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Campaign: %v", err)
@@ -154,7 +155,7 @@ func TestCancelledCampaignLeavesNoKey(t *testing.T) {
 // Observe reports the current state, nobody leading after a resign, then the
 // new leader and its proclaimed value.
 func TestObserveReportsEveryChange(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	obs := newElection(t, newSession(t, c.Client(t)), "observed").Observe(t.Context())
 	if o := next(t, obs); o.Leader != nil || o.Err != nil {
 		t.Fatalf("first observation = %+v; want nobody leading", o)
@@ -163,13 +164,13 @@ func TestObserveReportsEveryChange(t *testing.T) {
 	if o := next(t, obs); o.Leader == nil || o.Leader.Value != "a" || o.Leader.Token != a.Token() {
 		t.Fatalf("observation = %+v; want a", o)
 	}
-	if err := a.Proclaim(etcdtest.Context(t, wait), "a2"); err != nil {
+	if err := a.Proclaim(fencingtest.Context(t, wait), "a2"); err != nil {
 		t.Fatal(err)
 	}
 	if o := next(t, obs); o.Leader == nil || o.Leader.Value != "a2" {
 		t.Fatalf("observation = %+v; want a2", o)
 	}
-	if err := a.Resign(etcdtest.Context(t, wait)); err != nil {
+	if err := a.Resign(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	if o := next(t, obs); o.Leader != nil {
@@ -182,7 +183,7 @@ func TestObserveReportsEveryChange(t *testing.T) {
 }
 
 func TestObserveClosesWhenCtxDone(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	obs := newElection(t, newSession(t, c.Client(t)), "closing").Observe(ctx)
 	next(t, obs)
@@ -195,10 +196,10 @@ func TestObserveClosesWhenCtxDone(t *testing.T) {
 // connection: their client talks to one member, which is stopped while the
 // leader resigns and history is compacted, then restarted.
 func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	leader := campaign(t, newElection(t, newSession(t, c.Client(t)), "compact"), "first")
 	var ctr etcdtest.Counter
-	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
+	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
 	e := newElection(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact")
 	obs := e.Observe(t.Context())
 	if o := next(t, obs); o.Leader == nil || o.Leader.Value != "first" {
@@ -206,7 +207,7 @@ func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 	}
 	won := make(chan *election.Term, 1)
 	go func() {
-		term, err := e.Campaign(etcdtest.Context(t, wait), "second")
+		term, err := e.Campaign(fencingtest.Context(t, wait), "second")
 		if err != nil {
 			t.Error(err)
 		}
@@ -215,9 +216,9 @@ func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 	// Stop the member only once the candidate waits (Observe's watch and
 	// the candidate's): a stop that loses the enqueue's reply fails the
 	// Campaign instead, as it should.
-	etcdtest.WaitFor(t, wait, "the candidate to wait", func() bool { return ctr.Requests("Watch") >= 2 })
+	fencingtest.WaitFor(t, wait, "the candidate to wait", func() bool { return ctr.Requests("Watch") >= 2 })
 	c.CompactWhileDown(t, 0, func() {
-		if err := leader.Resign(etcdtest.Context(t, wait)); err != nil {
+		if err := leader.Resign(fencingtest.Context(t, wait)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -237,21 +238,21 @@ func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 
 // The election keeps working when the raft leader member is stopped.
 func TestElectionSurvivesRaftLeaderLoss(t *testing.T) {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	first := campaign(t, newElection(t, newSession(t, c.Client(t)), "raft"), "a")
 	e := newElection(t, newSession(t, c.Client(t)), "raft")
 	won := make(chan *election.Term, 1)
 	go func() {
-		term, err := e.Campaign(etcdtest.Context(t, wait), "b")
+		term, err := e.Campaign(fencingtest.Context(t, wait), "b")
 		if err != nil {
 			t.Error(err)
 		}
 		won <- term
 	}()
-	etcdtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "raft"))) == 2 })
+	fencingtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "raft"))) == 2 })
 	c.StopLeader(t)
 	c.WaitLeader(t)
-	if err := first.Resign(etcdtest.Context(t, wait)); err != nil {
+	if err := first.Resign(fencingtest.Context(t, wait)); err != nil {
 		t.Fatalf("Resign with the raft leader stopped: %v", err)
 	}
 	if term := <-won; term == nil || term.Token().Compare(first.Token()) <= 0 {
@@ -261,7 +262,7 @@ func TestElectionSurvivesRaftLeaderLoss(t *testing.T) {
 
 // Observe says so when it cannot reach etcd, instead of going silent.
 func TestObserveReportsUnreachable(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	obs := newElection(t, newSession(t, cli), "unreachable").Observe(t.Context())
 	next(t, obs)
@@ -274,7 +275,7 @@ func TestObserveReportsUnreachable(t *testing.T) {
 // A term whose session stopped vouching is over: Resign says ErrNotLeader,
 // whether the key went with the lease or is still there, and removes it.
 func TestResignAfterSessionLost(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	s := newSession(t, cli, fencing.WithTTL(2*time.Second))
 	t.Cleanup(link.Restore)
@@ -283,7 +284,7 @@ func TestResignAfterSessionLost(t *testing.T) {
 	<-s.Done()
 	link.Restore()
 	var err error
-	etcdtest.WaitFor(t, wait, "Resign to get an answer", func() bool {
+	fencingtest.WaitFor(t, wait, "Resign to get an answer", func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		err = term.Resign(ctx)

@@ -6,17 +6,17 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // Every error election returns names the package once, first, whatever it
 // wraps: "election: trycampaign \"x\": locked: ...", not "election: ...:
 // fencing: ...: fencing: ...".
 func TestErrorsNamePackageOnce(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	s := newSession(t, cli)
 	term, err := newElection(t, s, "errtext").Campaign(ctx, "v")
 	if err != nil {
@@ -56,7 +56,7 @@ func TestErrorsNamePackageOnce(t *testing.T) {
 		},
 	}
 	for name, call := range errs {
-		t.Run(name, func(t *testing.T) { fencingtest.NamesPackageOnce(t, "election", call()) })
+		t.Run(name, func(t *testing.T) { etcdtest.NamesPackageOnce(t, "election", call()) })
 	}
 	if err := term.Resign(ctx); err != nil {
 		t.Fatal(err)

@@ -14,9 +14,8 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/assign"
-	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -25,7 +24,7 @@ import (
 // which replica's work runs it now.
 type world struct {
 	t     *testing.T
-	c     *etcdtest.Cluster
+	c     *fencingtest.Cluster
 	group string
 	names []string
 
@@ -37,7 +36,7 @@ type world struct {
 	failing  map[string][]string // replica → names whose works fail there
 }
 
-func newWorld(t *testing.T, c *etcdtest.Cluster, n int) *world {
+func newWorld(t *testing.T, c *fencingtest.Cluster, n int) *world {
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("%s/job-%d", t.Name(), i)
@@ -142,7 +141,7 @@ func (w *world) waitBalanced(want []string, ids ...string) map[string]int {
 	w.t.Helper()
 	limit := assign.Cap(len(want), len(ids))
 	var l map[string]int
-	etcdtest.WaitFor(w.t, 2*wait, fmt.Sprintf("%d names balanced over %v", len(want), ids), func() bool {
+	fencingtest.WaitFor(w.t, 2*wait, fmt.Sprintf("%d names balanced over %v", len(want), ids), func() bool {
 		var idle int
 		l, idle = w.loads(want)
 		if idle > 0 || len(l) != len(ids) {
@@ -165,7 +164,7 @@ func (w *world) checkLeaders(want []string) {
 	w.t.Helper()
 	cli := w.c.Client(w.t)
 	for _, n := range want {
-		resp, err := cli.Get(etcdtest.Context(w.t, wait), keyspace.Prefix(fencing.DefaultRoot, "election", n), clientv3.WithFirstCreate()...)
+		resp, err := cli.Get(fencingtest.Context(w.t, wait), keyspace.Prefix(fencing.DefaultRoot, "election", n), clientv3.WithFirstCreate()...)
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -201,7 +200,7 @@ func (w *world) handedOff(id string) int {
 }
 
 func TestGroupBalancesJoinAndLeave(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 30)
 	w.start("a", nil, nil)
 	w.waitBalanced(w.names, "a")
@@ -238,7 +237,7 @@ func TestGroupBalancesJoinAndLeave(t *testing.T) {
 }
 
 func TestGroupFailingNameMoves(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 6)
 	// a cannot run half the names: it declines them, in vain while alone.
 	// Whichever of them the hash gives a once b joins must move to b.
@@ -253,7 +252,7 @@ func TestGroupFailingNameMoves(t *testing.T) {
 }
 
 func TestGroupReturnPolicy(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 4)
 	w.failing["a"] = w.names[2:3]
 	r := w.start("a", nil, nil, election.AfterError(election.Return))
@@ -272,7 +271,7 @@ func TestGroupReturnPolicy(t *testing.T) {
 }
 
 func TestGroupNamesChangeBetweenRuns(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 6)
 	old, cur := w.names[:4], w.names[2:]
 	a := w.start("a", nil, old)
@@ -298,7 +297,7 @@ func TestGroupNamesChangeBetweenRuns(t *testing.T) {
 }
 
 func TestGroupPartitionedReplicaLosesItsNames(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 10)
 	cli, link := c.ProxiedClient(t)
 	ttl := election.WithSessionOptions(fencing.WithTTL(2 * time.Second))
@@ -312,11 +311,11 @@ func TestGroupPartitionedReplicaLosesItsNames(t *testing.T) {
 }
 
 func TestGroupCrashedReplicaLosesItsNames(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 10)
 	w.start("a", nil, nil, election.WithSessionOptions(fencing.WithTTL(2*time.Second)))
-	p := etcdtest.StartHelper(t, "group-replica", append([]string{c.Endpoints()[0], w.group, "crashy"}, w.names...)...)
-	etcdtest.WaitFor(t, 2*wait, "crashy leads half the names", func() bool {
+	p := fencingtest.StartHelper(t, "group-replica", append([]string{c.Endpoints()[0], w.group, "crashy"}, w.names...)...)
+	fencingtest.WaitFor(t, 2*wait, "crashy leads half the names", func() bool {
 		l, _ := w.loads(w.names)
 		return l["a"] == 5
 	})
@@ -349,7 +348,7 @@ func groupReplica(args []string) int {
 }
 
 func TestRunGroupRejectsBadArguments(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
 	work := func(context.Context, *election.Term) error { return nil }
 	for _, tc := range []struct {
@@ -382,7 +381,7 @@ func TestRunGroupRejectsBadArguments(t *testing.T) {
 // leave: a second for the membership key, one for the resigns (sent
 // together) and one for the revoke, as documented.
 func TestRunGroupReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 4)
 	cli, link := c.ProxiedClient(t)
 	r := w.start("a", cli, nil)
@@ -400,7 +399,7 @@ func TestRunGroupReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
 // its watch saw the deletion) is over: nothing is left to hand over, and the
 // replica's other names run on.
 func TestGroupResignOfGoneKeyKeepsOtherNames(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 4)
 	var once sync.Once
 	deleted := make(chan struct{})
@@ -438,22 +437,22 @@ func TestGroupResignOfGoneKeyKeepsOtherNames(t *testing.T) {
 // A handoff whose resign meets an etcd that refuses requests for longer than
 // a second keeps at it: the replica's other names are not dropped.
 func TestGroupSlowHandoffKeepsOtherNames(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 10)
 	var refusing atomic.Bool
 	var refused atomic.Int32
-	replies := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
-		if refusing.Load() && etcdtest.DeletesUnder(req, fencing.DefaultRoot) {
+	replies := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+		if refusing.Load() && fencingtest.DeletesUnder(req, fencing.DefaultRoot) {
 			refused.Add(1)
-			return etcdtest.Refuse
+			return fencingtest.Refuse
 		}
-		return etcdtest.Pass
+		return fencingtest.Pass
 	}}
 	w.start("a", c.Client(t, replies.Option()), nil)
 	w.waitBalanced(w.names, "a")
 	refusing.Store(true)
 	w.start("b", nil, nil)
-	etcdtest.WaitFor(t, wait, "a refused resign", func() bool { return refused.Load() > 0 })
+	fencingtest.WaitFor(t, wait, "a refused resign", func() bool { return refused.Load() > 0 })
 	time.Sleep(2 * time.Second) // the fault's length: longer than a leave's grace
 	refusing.Store(false)
 	w.waitBalanced(w.names, "a", "b")
@@ -467,7 +466,7 @@ func TestGroupSlowHandoffKeepsOtherNames(t *testing.T) {
 }
 
 // member reads the membership value of the replica with identity id.
-func member(t *testing.T, c *etcdtest.Cluster, group, id string) (assign.Member, bool) {
+func member(t *testing.T, c *fencingtest.Cluster, group, id string) (assign.Member, bool) {
 	resp, err := c.Admin.Get(t.Context(), keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindGroup), group), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
@@ -483,11 +482,11 @@ func member(t *testing.T, c *etcdtest.Cluster, group, id string) (assign.Member,
 // A replica that keeps failing a name keeps declining it, past the length
 // of one decline: a replica that joins later still takes it.
 func TestGroupDeclinesAgainAfterDeclineEnds(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 4)
 	w.failing["a"] = w.names[:2]
 	w.start("a", nil, nil, election.WithDeclineFor(time.Second))
-	etcdtest.WaitFor(t, wait, "a declines", func() bool { m, _ := member(t, c, w.group, "a"); return len(m.Declined) == 2 })
+	fencingtest.WaitFor(t, wait, "a declines", func() bool { m, _ := member(t, c, w.group, "a"); return len(m.Declined) == 2 })
 	time.Sleep(3 * time.Second) // a runs alone, failing, for three declines' length
 	w.start("b", nil, nil)
 	w.waitBalanced(w.names, "a", "b")
@@ -497,7 +496,7 @@ func TestGroupDeclinesAgainAfterDeclineEnds(t *testing.T) {
 // of its own membership key must not bring back a value without a decline it
 // has since written.
 func TestGroupNeverCampaignsForDeclinedName(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 10)
 	w.failing["a"] = w.names
 	// Follow a's membership value and a's election keys from the start.
@@ -510,7 +509,7 @@ func TestGroupNeverCampaignsForDeclinedName(t *testing.T) {
 	wch := c.Admin.Watch(ctx, fencing.DefaultRoot, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	w.start("a", nil, nil)
 	w.start("b", nil, nil)
-	etcdtest.WaitFor(t, 2*wait, "a declines every name", func() bool {
+	fencingtest.WaitFor(t, 2*wait, "a declines every name", func() bool {
 		m, _ := member(t, c, w.group, "a")
 		return len(m.Declined) == len(w.names)
 	})
@@ -543,7 +542,7 @@ func TestGroupNeverCampaignsForDeclinedName(t *testing.T) {
 // A membership value that cannot be decoded (an operator's write) is no
 // member: its replica writes its own value again.
 func TestGroupRewritesGarbledMembership(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	w := newWorld(t, c, 4)
 	w.start("a", nil, nil)
 	w.start("b", nil, nil)
@@ -556,7 +555,7 @@ func TestGroupRewritesGarbledMembership(t *testing.T) {
 	if _, err := c.Admin.Put(t.Context(), m.Key, "{garbled", clientv3.WithLease(clientv3.LeaseID(resp.Kvs[0].Lease))); err != nil {
 		t.Fatal(err)
 	}
-	etcdtest.WaitFor(t, wait, "b writes its membership again", func() bool {
+	fencingtest.WaitFor(t, wait, "b writes its membership again", func() bool {
 		_, ok := member(t, c, w.group, "b")
 		return ok
 	})

@@ -8,15 +8,15 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
 // A leader whose work ignores its context is reported unhealthy once it is
 // cut off past its term's ValidUntil, and healthy again when the work
 // returns.
 func TestRunHealthFlipsWhenLeaderIsBlackholed(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	t.Cleanup(link.Restore)
 	var h guard.Health
@@ -41,9 +41,9 @@ func TestRunHealthFlipsWhenLeaderIsBlackholed(t *testing.T) {
 		t.Fatalf("Check while leading: %v", err)
 	}
 	link.Blackhole()
-	etcdtest.WaitFor(t, wait, "the leader to be reported overdue", func() bool { return errors.Is(h.Check(), guard.ErrOverdue) })
+	fencingtest.WaitFor(t, wait, "the leader to be reported overdue", func() bool { return errors.Is(h.Check(), guard.ErrOverdue) })
 	close(release)
-	etcdtest.WaitFor(t, wait, "health to recover once work returned", func() bool { return h.Check() == nil })
+	fencingtest.WaitFor(t, wait, "health to recover once work returned", func() bool { return h.Check() == nil })
 	link.Restore()
 	cancel()
 	if err := <-done; err != nil {
@@ -52,7 +52,7 @@ func TestRunHealthFlipsWhenLeaderIsBlackholed(t *testing.T) {
 }
 
 func TestRunRejectsNilHealth(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	err := election.Run(t.Context(), c.Client(t), "n", "v", func(context.Context, *election.Term) error { return nil }, election.WithHealth(nil))
 	if !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Fatalf("Run with nil health: %v; want ErrInvalidArgument", err)

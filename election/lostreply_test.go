@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 )
 
@@ -13,16 +13,16 @@ import (
 // their write: Campaign keeps the key its lost write made, Proclaim's value
 // is set, Resign hands over.
 func TestTermCallsRetryPassingFailures(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "election", "retry")
-	puts := func(req any) bool { return etcdtest.PutsUnder(req, prefix) }
-	deletes := func(req any) bool { return etcdtest.DeletesUnder(req, prefix) }
-	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse, etcdtest.Hang} {
+	puts := func(req any) bool { return fencingtest.PutsUnder(req, prefix) }
+	deletes := func(req any) bool { return fencingtest.DeletesUnder(req, prefix) }
+	for _, f := range []fencingtest.Fault{fencingtest.LoseReply, fencingtest.Refuse, fencingtest.Hang} {
 		// Each step's first write gets the fault: Campaign's and Proclaim's
 		// puts, then Resign's delete.
 		var step atomic.Int32
 		var hit [3]atomic.Bool
-		r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
+		r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
 			i := step.Load()
 			match := puts
 			if i == 2 {
@@ -31,10 +31,10 @@ func TestTermCallsRetryPassingFailures(t *testing.T) {
 			if match(req) && hit[i].CompareAndSwap(false, true) {
 				return f
 			}
-			return etcdtest.Pass
+			return fencingtest.Pass
 		}}
 		e := newElection(t, newSession(t, c.Client(t, r.Option())), "retry")
-		term, err := e.Campaign(etcdtest.Context(t, wait), "a")
+		term, err := e.Campaign(fencingtest.Context(t, wait), "a")
 		if err != nil {
 			t.Fatalf("Campaign across fault %d: %v", f, err)
 		}
@@ -42,14 +42,14 @@ func TestTermCallsRetryPassingFailures(t *testing.T) {
 			t.Fatalf("keys %q; want only the term's %s", keys, term.Key())
 		}
 		step.Store(1)
-		if err := term.Proclaim(etcdtest.Context(t, wait), "b"); err != nil {
+		if err := term.Proclaim(fencingtest.Context(t, wait), "b"); err != nil {
 			t.Fatalf("Proclaim across fault %d: %v", f, err)
 		}
-		if l, err := e.Leader(etcdtest.Context(t, wait)); err != nil || l.Value != "b" {
+		if l, err := e.Leader(fencingtest.Context(t, wait)); err != nil || l.Value != "b" {
 			t.Fatalf("Leader after Proclaim: %+v, %v", l, err)
 		}
 		step.Store(2)
-		if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+		if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
 			t.Fatalf("Resign across fault %d: %v", f, err)
 		}
 		if keys := c.Keys(t, prefix); len(keys) != 0 {
@@ -62,36 +62,36 @@ func TestTermCallsRetryPassingFailures(t *testing.T) {
 // Proclaim: it finds the key written since, and writes nothing. Found by
 // review: the put compared only the key's create revision.
 func TestLateProclaimDoesNotRevertValue(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "election", "late-proclaim")
 	var armed, hit atomic.Bool
-	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
-		if armed.Load() && etcdtest.PutsUnder(req, prefix) && hit.CompareAndSwap(false, true) {
-			return etcdtest.Late
+	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+		if armed.Load() && fencingtest.PutsUnder(req, prefix) && hit.CompareAndSwap(false, true) {
+			return fencingtest.Late
 		}
-		return etcdtest.Pass
+		return fencingtest.Pass
 	}}
 	e := newElection(t, newSession(t, c.Client(t, r.Option())), "late-proclaim")
-	term, err := e.Campaign(etcdtest.Context(t, wait), "a")
+	term, err := e.Campaign(fencingtest.Context(t, wait), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	armed.Store(true)
-	if err := term.Proclaim(etcdtest.Context(t, wait), "b"); err != nil { // its first attempt held back, then retried
+	if err := term.Proclaim(fencingtest.Context(t, wait), "b"); err != nil { // its first attempt held back, then retried
 		t.Fatal(err)
 	}
-	if err := term.Proclaim(etcdtest.Context(t, wait), "c"); err != nil {
+	if err := term.Proclaim(fencingtest.Context(t, wait), "c"); err != nil {
 		t.Fatal(err)
 	}
 	r.Release() // the given-up "b" arrives now
-	l, err := e.Leader(etcdtest.Context(t, wait))
+	l, err := e.Leader(fencingtest.Context(t, wait))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l.Value != "c" || term.Value() != "c" {
 		t.Errorf("after Proclaim(b), Proclaim(c): observers see %q, Term.Value %q; want c", l.Value, term.Value())
 	}
-	if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+	if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,14 +4,14 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestMain(m *testing.M) {
-	etcdtest.RegisterHelper("group-replica", groupReplica)
-	etcdtest.Main(m)
+	fencingtest.RegisterHelper("group-replica", groupReplica)
+	fencingtest.Main(m)
 }
 
 const wait = fencingtest.Wait
@@ -24,7 +24,7 @@ var (
 
 func campaign(t testing.TB, e *election.Election, value string) *election.Term {
 	t.Helper()
-	term, err := e.Campaign(etcdtest.Context(t, wait), value)
+	term, err := e.Campaign(fencingtest.Context(t, wait), value)
 	if err != nil {
 		t.Fatalf("Campaign: %v", err)
 	}

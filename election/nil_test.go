@@ -7,17 +7,17 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // election's functions and methods given a nil or zero value return
 // fencing.ErrInvalidArgument (or do their documented no-op), never panic,
 // and write nothing.
 func TestNilAndZeroInputs(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	s := newSession(t, cli)
 	e := newElection(t, s, "nil-inputs")
 	term := campaign(t, e, "v")
@@ -53,7 +53,7 @@ func TestNilAndZeroInputs(t *testing.T) {
 			if !errors.Is(err, fencing.ErrInvalidArgument) {
 				t.Errorf("got %v, want ErrInvalidArgument", err)
 			}
-			fencingtest.NamesPackageOnce(t, "election", err)
+			etcdtest.NamesPackageOnce(t, "election", err)
 		})
 	}
 	// Documented no-ops: a nil logger logs nothing, nil callbacks are not

@@ -7,19 +7,18 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // A term reports its win once and then exactly one end: a resignation, or a
 // loss noticed by its watch and again by Proclaim and Resign.
 func TestTermReportsEachEventOnce(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var rec fencingtest.Recorder
 	s := newSession(t, c.Client(t), fencing.WithObserver(rec.Observer()))
 	e := newElection(t, s, "observed")
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 
 	resigned := campaign(t, e, "a")
 	if err := resigned.Resign(ctx); err != nil {
@@ -59,7 +58,7 @@ func TestTermReportsEachEventOnce(t *testing.T) {
 // A term Run loses while its session lives on (its key deleted) is reported
 // lost once; the term Run then wins is reported released when Run resigns.
 func TestRunReportsLostTerm(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var rec fencingtest.Recorder
 	terms := make(chan *election.Term, 2)
 	work := func(ctx context.Context, term *election.Term) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 )
@@ -33,7 +34,7 @@ type replicas struct {
 	errs     []error // Run's results, once stop returned
 }
 
-func startReplicas(t *testing.T, c *etcdtest.Cluster, n int, opts ...election.RunOption) *replicas {
+func startReplicas(t *testing.T, c *fencingtest.Cluster, n int, opts ...election.RunOption) *replicas {
 	r := &replicas{done: make(chan error, n), workDone: map[fencing.Token]context.Context{}}
 	for i := range n {
 		ctx, cancel := context.WithCancel(t.Context())
@@ -91,7 +92,7 @@ func (r *replicas) leaders() []*election.Term {
 
 func (r *replicas) waitTerms(t *testing.T, n int) []*election.Term {
 	t.Helper()
-	etcdtest.WaitFor(t, wait, fmt.Sprintf("%d terms", n), func() bool { return len(r.leaders()) >= n })
+	fencingtest.WaitFor(t, wait, fmt.Sprintf("%d terms", n), func() bool { return len(r.leaders()) >= n })
 	return r.leaders()
 }
 
@@ -104,10 +105,10 @@ func (r *replicas) waitTerms(t *testing.T, n int) []*election.Term {
 // (one watch round trip), which is why work must fence its effects. The
 // one-at-a-time check therefore covers the steady state before the fault.
 func TestRunOneWorkerAndFailoverOnRevoke(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	r := startReplicas(t, c, 3, election.WithSessionOptions(fencing.WithTTL(2*time.Second)))
 	first := r.waitTerms(t, 1)[0]
-	etcdtest.WaitFor(t, wait, "all replicas to campaign", func() bool {
+	fencingtest.WaitFor(t, wait, "all replicas to campaign", func() bool {
 		return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "workers"))) == 3
 	})
 	if m := r.most(); m > 1 {
@@ -130,7 +131,7 @@ func TestRunOneWorkerAndFailoverOnRevoke(t *testing.T) {
 // Cancelling the leader's Run hands over at once: the next replica leads
 // long before the leader's lease (TTL 60 s) could have expired.
 func TestRunHandsOverAtOnceOnCancel(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	r := startReplicas(t, c, 3, election.WithSessionOptions(fencing.WithTTL(60*time.Second)))
 	first := r.waitTerms(t, 1)[0]
 	for i, cancel := range r.cancels {
@@ -159,9 +160,9 @@ func TestRunHandsOverAtOnceOnCancel(t *testing.T) {
 }
 
 func TestRunPolicies(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	fast := election.WithBackoff(time.Millisecond, 10*time.Millisecond)
 
 	// Default: nil means done.
@@ -204,7 +205,7 @@ func TestRunPolicies(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("Run never led")
 	}
-	etcdtest.WaitFor(t, wait, "the term to be kept", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "policy"))) == 1 })
+	fencingtest.WaitFor(t, wait, "the term to be kept", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "policy"))) == 1 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run with KeepLeading: %v", err)
@@ -215,8 +216,8 @@ func TestRunPolicies(t *testing.T) {
 }
 
 func TestRunRejectsBadArguments(t *testing.T) {
-	c := etcdtest.Single(t)
-	ctx := etcdtest.Context(t, wait)
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, wait)
 	work := func(context.Context, *election.Term) error { return nil }
 	for _, tc := range []struct {
 		name string
@@ -242,7 +243,7 @@ func TestRunRejectsBadArguments(t *testing.T) {
 // complete is given up after one TTL and retried), and leads once etcd is
 // back.
 func TestRunReportsUnreachableEtcd(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
 	c.Stop(0)
 	var buf etcdtest.Buffer
@@ -257,7 +258,7 @@ func TestRunReportsUnreachableEtcd(t *testing.T) {
 			return nil
 		}, election.WithSessionOptions(fencing.WithTTL(2*time.Second), fencing.WithLogger(log)), election.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
 	}()
-	etcdtest.WaitFor(t, time.Minute, "a logged grant failure", func() bool {
+	fencingtest.WaitFor(t, time.Minute, "a logged grant failure", func() bool {
 		return strings.Contains(buf.String(), "campaign failed") && strings.Contains(buf.String(), "grant lease")
 	})
 	c.Restart(t, 0)

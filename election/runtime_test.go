@@ -10,9 +10,8 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 )
 
@@ -23,7 +22,7 @@ const overrun = time.Second
 // Term.Context is a getter: it returns at once even when etcd cannot be
 // reached.
 func TestTermContextNeverBlocks(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	term := campaign(t, newElection(t, newSession(t, cli, fencing.WithTTL(60*time.Second)), "getter"), "v")
 	link.Blackhole()
@@ -54,7 +53,7 @@ func TestTermContextNeverBlocks(t *testing.T) {
 // Resign ends the term's contexts first, even when its delete then fails;
 // the key stays, leading, until Resign is called again.
 func TestFailedResignEndsContextsKeepsKey(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	term := campaign(t, newElection(t, newSession(t, c.Client(t)), "resign-fails"), "v")
 	tctx := term.Context()
 	done, cancel := context.WithCancel(context.Background())
@@ -68,10 +67,10 @@ func TestFailedResignEndsContextsKeepsKey(t *testing.T) {
 	if !c.Exists(t, term.Key()) {
 		t.Fatal("the key went though Resign failed")
 	}
-	if err := term.Proclaim(etcdtest.Context(t, wait), "w"); err != nil {
+	if err := term.Proclaim(fencingtest.Context(t, wait), "w"); err != nil {
 		t.Errorf("Proclaim after the failed Resign: %v; the key still leads", err)
 	}
-	if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+	if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
 		t.Fatalf("Resign again: %v", err)
 	}
 	if c.Exists(t, term.Key()) {
@@ -82,7 +81,7 @@ func TestFailedResignEndsContextsKeepsKey(t *testing.T) {
 // Observers that call back into the term they report do not deadlock:
 // Proclaim and Resign report with no lock held.
 func TestTermCallbacksRunOutsideLocks(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var (
 		term atomic.Pointer[election.Term]
 		busy atomic.Bool // the calls below report too: no endless recursion
@@ -128,9 +127,9 @@ func TestTermCallbacksRunOutsideLocks(t *testing.T) {
 }
 
 func TestRunRejectsNilOption(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	work := func(context.Context, *election.Term) error { return nil }
-	err := election.Run(etcdtest.Context(t, wait), c.Client(t), "nil-option", "v", work, election.WithSessionOptions(fencing.WithTTL(5*time.Second)), nil)
+	err := election.Run(fencingtest.Context(t, wait), c.Client(t), "nil-option", "v", work, election.WithSessionOptions(fencing.WithTTL(5*time.Second)), nil)
 	if !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Fatalf("Run with a nil option: %v, want ErrInvalidArgument", err)
 	}
@@ -142,7 +141,7 @@ func TestRunRejectsNilOption(t *testing.T) {
 // Run returns soon after ctx ends even when etcd cannot be reached to
 // resign.
 func TestRunReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -174,7 +173,7 @@ func TestRunReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
 // period) still gets its term resigned: Run's hand-over budget starts when
 // work returns, not when ctx ends.
 func TestRunResignsAfterSlowWork(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	leading := make(chan struct{})
@@ -200,7 +199,7 @@ func TestRunResignsAfterSlowWork(t *testing.T) {
 // Campaign, Proclaim, Resign and guarded txns return by their ctx's
 // deadline when etcd cannot be reached, however long the session's TTL.
 func TestTermCallsKeepTheirDeadline(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	s := newSession(t, cli, fencing.WithTTL(60*time.Second))
 	term := campaign(t, newElection(t, s, "deadline"), "v")
@@ -225,7 +224,7 @@ func TestTermCallsKeepTheirDeadline(t *testing.T) {
 		}
 	}
 	link.Restore()
-	etcdtest.WaitFor(t, wait, "the failed Campaign's key removed", func() bool {
+	fencingtest.WaitFor(t, wait, "the failed Campaign's key removed", func() bool {
 		return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "deadline-other"))) == 0
 	})
 }
@@ -233,46 +232,46 @@ func TestTermCallsKeepTheirDeadline(t *testing.T) {
 // TryCampaign leads a free election in one request; a taken one returns
 // fencing.ErrLocked naming the leader, and writes nothing.
 func TestTryCampaign(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	e := newElection(t, newSession(t, c.Client(t)), "try")
-	term, err := e.TryCampaign(etcdtest.Context(t, wait), "first")
+	term, err := e.TryCampaign(fencingtest.Context(t, wait), "first")
 	if err != nil {
 		t.Fatalf("TryCampaign of a free election: %v", err)
 	}
-	if l, err := e.Leader(etcdtest.Context(t, wait)); err != nil || l.Token != term.Token() || l.Value != "first" {
+	if l, err := e.Leader(fencingtest.Context(t, wait)); err != nil || l.Token != term.Token() || l.Value != "first" {
 		t.Fatalf("Leader: %+v, %v", l, err)
 	}
 	other := newElection(t, newSession(t, c.Client(t)), "try")
-	_, err = other.TryCampaign(etcdtest.Context(t, wait), "second")
+	_, err = other.TryCampaign(fencingtest.Context(t, wait), "second")
 	if !errors.Is(err, fencing.ErrLocked) || !strings.Contains(err.Error(), `"first"`) || !strings.Contains(err.Error(), term.Token().String()) {
 		t.Fatalf("TryCampaign of a led election: %v, want ErrLocked naming the leader", err)
 	}
 	if keys := c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "try")); len(keys) != 1 {
 		t.Fatalf("keys after the refused TryCampaign: %v", keys)
 	}
-	if err := term.Resign(etcdtest.Context(t, wait)); err != nil {
+	if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	next, err := other.TryCampaign(etcdtest.Context(t, wait), "second")
+	next, err := other.TryCampaign(fencingtest.Context(t, wait), "second")
 	if err != nil {
 		t.Fatalf("TryCampaign after the resign: %v", err)
 	}
 	if next.Token().Compare(term.Token()) <= 0 {
 		t.Errorf("token %v not after %v", next.Token(), term.Token())
 	}
-	if err := next.Resign(etcdtest.Context(t, wait)); err != nil {
+	if err := next.Resign(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // Run's sessions take fencing's own options; a bad one is Run's error.
 func TestRunWithSessionOptions(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var got time.Duration
 	var value string
-	err := election.Run(etcdtest.Context(t, wait), c.Client(t), "session-options", "v", func(_ context.Context, term *election.Term) error {
+	err := election.Run(fencingtest.Context(t, wait), c.Client(t), "session-options", "v", func(_ context.Context, term *election.Term) error {
 		got = term.Session().TTL()
-		l, err := newElection(t, term.Session(), "session-options").Leader(etcdtest.Context(t, wait))
+		l, err := newElection(t, term.Session(), "session-options").Leader(fencingtest.Context(t, wait))
 		value = l.Value
 		return err
 	}, election.WithSessionOptions(fencing.WithTTL(3*time.Second), fencing.WithIdentity("ignored for elections")))
@@ -284,7 +283,7 @@ func TestRunWithSessionOptions(t *testing.T) {
 		"nil":    election.WithSessionOptions(nil),
 		"TTL 1s": election.WithSessionOptions(fencing.WithTTL(time.Second)),
 	} {
-		if err := election.Run(etcdtest.Context(t, wait), c.Client(t), "session-options", "v", work, opt); !errors.Is(err, fencing.ErrInvalidArgument) {
+		if err := election.Run(fencingtest.Context(t, wait), c.Client(t), "session-options", "v", work, opt); !errors.Is(err, fencing.ErrInvalidArgument) {
 			t.Errorf("Run with a %s session option: %v, want ErrInvalidArgument", name, err)
 		}
 	}
@@ -296,9 +295,9 @@ func TestRunWithSessionOptions(t *testing.T) {
 // After a term is lost with its session alive (its key deleted), Run clears
 // the term, so its session's next campaign reuses the key.
 func TestRunClearsLostTerm(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	keys := make(chan string, 2)
-	err := election.Run(etcdtest.Context(t, wait), c.Client(t), "run-lost", "v", func(ctx context.Context, term *election.Term) error {
+	err := election.Run(fencingtest.Context(t, wait), c.Client(t), "run-lost", "v", func(ctx context.Context, term *election.Term) error {
 		keys <- term.Key()
 		if len(keys) == 1 {
 			c.Delete(t, term.Key())

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // overrun is how far past its deadline a call may return here: the
@@ -31,7 +31,7 @@ func withinDeadline(t *testing.T, what string, d time.Duration, call func(ctx co
 }
 
 func TestCallsKeepTheirDeadline(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	// TTL/3 (what removing a key synchronously used to add) is far above
 	// overrun, and the session outlives the partition.
@@ -51,7 +51,7 @@ func TestCallsKeepTheirDeadline(t *testing.T) {
 		_, err := m.Lock(lctx)
 		waiting <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the waiter's key", func() bool { return len(fencingtest.LockKeys(t, c, "deadline")) == 2 })
+	fencingtest.WaitFor(t, wait, "the waiter's key", func() bool { return len(etcdtest.LockKeys(t, c, "deadline")) == 2 })
 	link.Blackhole()
 	deadline, _ := lctx.Deadline()
 	err := fencingtest.ReturnsBy(t, time.Until(deadline)+overrun, "Lock with a 3 s ctx", func() error { return <-waiting })
@@ -65,22 +65,22 @@ func TestCallsKeepTheirDeadline(t *testing.T) {
 	// Healed, the session's background cleanup removes what the failed
 	// calls queued, even what a held request writes late.
 	link.Restore()
-	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := holder.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	// An enqueue whose reply was lost may be applied after the first delete:
 	// its key goes with the second, one TTL later.
-	etcdtest.WaitFor(t, ttl+wait, "no key left by the failed calls", func() bool {
-		return len(fencingtest.LockKeys(t, c, "deadline")) == 0 && len(fencingtest.LockKeys(t, c, "deadline-free")) == 0
+	fencingtest.WaitFor(t, ttl+wait, "no key left by the failed calls", func() bool {
+		return len(etcdtest.LockKeys(t, c, "deadline")) == 0 && len(etcdtest.LockKeys(t, c, "deadline-free")) == 0
 	})
 }
 
 // A session closed while its cleanup still waits for etcd returns within
 // Close's bound, and leaves no goroutine (TestMain checks).
 func TestCloseEndsBackgroundCleanup(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
-	s, err := fencing.NewSession(etcdtest.Context(t, wait), cli, fencing.WithTTL(60*time.Second))
+	s, err := fencing.NewSession(fencingtest.Context(t, wait), cli, fencing.WithTTL(60*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

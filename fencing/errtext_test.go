@@ -5,16 +5,16 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // Every error fencing returns names the package once, first, whatever it
 // wraps: "fencing: trylock \"x\": locked: ...".
 func TestErrorsNamePackageOnce(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	s := newSession(t, cli)
 	h := lock(t, newMutex(t, s, "errtext"))
 	closed := newSession(t, cli)
@@ -37,7 +37,7 @@ func TestErrorsNamePackageOnce(t *testing.T) {
 		"Session.Close(nil)":                      func() error { var nilCtx context.Context; return s.Close(nilCtx) },
 	}
 	for name, call := range errs {
-		t.Run(name, func(t *testing.T) { fencingtest.NamesPackageOnce(t, "fencing", call()) })
+		t.Run(name, func(t *testing.T) { etcdtest.NamesPackageOnce(t, "fencing", call()) })
 	}
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)

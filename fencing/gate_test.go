@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 )
 
 func tok(rev int64) fencing.Token { return fencing.Token{Name: "ledger", Revision: rev} }
@@ -81,7 +81,7 @@ func TestGateDoPassesContext(t *testing.T) {
 
 // Marks kept in etcd survive the gate and are shared by gates.
 func TestEtcdGateStore(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	store := &fencing.EtcdGateStore{Client: c.Client(t), Prefix: "leasehold/gate/test/"}
 	a := fencing.Gate{Store: store}
 	if err := a.Admit(t.Context(), tok(10)); err != nil {
@@ -192,8 +192,8 @@ func FuzzMiddlewareHeader(f *testing.F) {
 // An etcd-backed gate that cannot reach etcd refuses to admit, with the
 // client's error rather than ErrStaleToken.
 func TestEtcdGateStoreUnreachable(t *testing.T) {
-	c := etcdtest.Single(t)
-	cli := etcdtest.NewClient(t, c.Endpoints())
+	c := fencingtest.Single(t)
+	cli := fencingtest.NewClient(t, c.Endpoints())
 	cli.Close()
 	g := fencing.Gate{Store: &fencing.EtcdGateStore{Client: cli, Prefix: "leasehold/gate/closed/"}}
 	err := g.Admit(t.Context(), tok(1))

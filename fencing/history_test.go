@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -49,9 +49,9 @@ type queued struct {
 // checkHistory reads the keys under prefix alive at each recorded write's
 // revision, and fails t for each write that rule refuses: rule gets those
 // keys, oldest first, and the writer's key. Nothing may have been compacted.
-func (l *writeLog) checkHistory(t *testing.T, c *etcdtest.Cluster, prefix string, rule func(alive []queued, me queued) error) {
+func (l *writeLog) checkHistory(t *testing.T, c *fencingtest.Cluster, prefix string, rule func(alive []queued, me queued) error) {
 	t.Helper()
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	l.mu.Lock()
 	writes := slices.Clone(l.writes)
 	l.mu.Unlock()
@@ -85,7 +85,7 @@ type picker func(rng *rand.Rand) (kind string, lock func(context.Context) (*fenc
 // made by newPicker; every hold a call returns gets guarded writes into log
 // and, now and then, a fault (holdWithFaults). It returns how many workers
 // took a hold of each kind.
-func underFaults(t *testing.T, c *etcdtest.Cluster, workers int, log *writeLog, newPicker func(*fencing.Session) (picker, error)) map[string]int {
+func underFaults(t *testing.T, c *fencingtest.Cluster, workers int, log *writeLog, newPicker func(*fencing.Session) (picker, error)) map[string]int {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var mu sync.Mutex
@@ -137,7 +137,7 @@ func underFaults(t *testing.T, c *etcdtest.Cluster, workers int, log *writeLog, 
 
 // holdWithFaults makes guarded writes under h and, now and then, suffers
 // a fault, then unlocks.
-func holdWithFaults(ctx context.Context, c *etcdtest.Cluster, s *fencing.Session, link *etcdtest.Link, h *fencing.Hold,
+func holdWithFaults(ctx context.Context, c *fencingtest.Cluster, s *fencing.Session, link *fencingtest.Link, h *fencing.Hold,
 	rng *rand.Rand, log *writeLog) {
 	for range 1 + rng.IntN(3) {
 		log.write(ctx, s.Client(), h)

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,7 +20,7 @@ var holdKinds = []struct {
 	name string
 	hold func(t testing.TB, s *fencing.Session, name string) *fencing.Hold
 }{
-	{"mutex", fencingtest.Lock},
+	{"mutex", func(t testing.TB, s *fencing.Session, name string) *fencing.Hold { return fencingtest.Lock(t, s, name) }},
 	{"semaphore", func(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
 		return acquire(t, newSemaphore(t, s, name, 2))
 	}},
@@ -34,7 +34,7 @@ var holdKinds = []struct {
 
 func take(t testing.TB, lock func(context.Context) (*fencing.Hold, error)) *fencing.Hold {
 	t.Helper()
-	h, err := lock(etcdtest.Context(t, wait))
+	h, err := lock(fencingtest.Context(t, wait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +46,12 @@ func take(t testing.TB, lock func(context.Context) (*fencing.Hold, error)) *fenc
 func TestKindsStopBeforeServerDeletes(t *testing.T) {
 	for _, k := range holdKinds {
 		t.Run(k.name, func(t *testing.T) {
-			fencingtest.BlackholeTrialsOf(t, etcdtest.Single(t), 5, 3*time.Second, "blackhole-"+k.name, k.hold,
-				func(_ *fencing.Session, h *fencing.Hold, link *etcdtest.Link, deletion <-chan time.Time) func() error {
+			etcdtest.BlackholeTrialsOf(t, fencingtest.Single(t), 5, 3*time.Second, "blackhole-"+k.name, k.hold,
+				func(_ *fencing.Session, h *fencing.Hold, link *fencingtest.Link, deletion <-chan time.Time) func() error {
 					work := h.Context()
 					return func() error {
 						link.Blackhole()
-						return fencingtest.StoppedBeforeDeletion(h, work, deletion)
+						return etcdtest.StoppedBeforeDeletion(h, work, deletion)
 					}
 				})
 		})
@@ -67,14 +67,14 @@ func TestKindsNoticeLosses(t *testing.T) {
 		for _, loss := range []struct {
 			name  string
 			cause error
-			do    func(t *testing.T, c *etcdtest.Cluster, h *fencing.Hold)
+			do    func(t *testing.T, c *fencingtest.Cluster, h *fencing.Hold)
 		}{
-			{"key deleted", fencing.ErrKeyDeleted, func(t *testing.T, c *etcdtest.Cluster, h *fencing.Hold) { c.Delete(t, h.Key()) }},
-			{"lease revoked", fencing.ErrLeaseExpired, func(t *testing.T, c *etcdtest.Cluster, h *fencing.Hold) { c.Revoke(t, h.Session().Lease()) }},
+			{"key deleted", fencing.ErrKeyDeleted, func(t *testing.T, c *fencingtest.Cluster, h *fencing.Hold) { c.Delete(t, h.Key()) }},
+			{"lease revoked", fencing.ErrLeaseExpired, func(t *testing.T, c *fencingtest.Cluster, h *fencing.Hold) { c.Revoke(t, h.Session().Lease()) }},
 		} {
 			for _, armed := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/%s/armed=%v", k.name, loss.name, armed), func(t *testing.T) {
-					c := etcdtest.Single(t)
+					c := fencingtest.Single(t)
 					h := k.hold(t, newSession(t, c.Client(t)), "loss")
 					var work context.Context
 					if armed {
@@ -82,13 +82,13 @@ func TestKindsNoticeLosses(t *testing.T) {
 					}
 					loss.do(t, c, h)
 					if !armed {
-						etcdtest.WaitFor(t, wait, "the key to go", func() bool { return !c.Exists(t, h.Key()) })
+						fencingtest.WaitFor(t, wait, "the key to go", func() bool { return !c.Exists(t, h.Key()) })
 						work = h.Context()
 					}
-					if cause := etcdtest.Ended(t, work, wait, "the hold's context"); !errors.Is(cause, loss.cause) {
+					if cause := fencingtest.Ended(t, work, wait, "the hold's context"); !errors.Is(cause, loss.cause) {
 						t.Errorf("cause %v; want %v", cause, loss.cause)
 					}
-					resp, err := c.Admin.Txn(etcdtest.Context(t, wait)).If(h.IsOwner()).Commit()
+					resp, err := c.Admin.Txn(fencingtest.Context(t, wait)).If(h.IsOwner()).Commit()
 					if err != nil || resp.Succeeded {
 						t.Errorf("the ownership compare after the loss: succeeded %v, %v; want it to fail", resp != nil && resp.Succeeded, err)
 					}
@@ -104,9 +104,9 @@ func TestKindsNoticeLosses(t *testing.T) {
 func TestSharedKeepsPlaceAcrossLostReply(t *testing.T) {
 	for _, w := range waitShapes {
 		t.Run(w.name, func(t *testing.T) {
-			c := etcdtest.Single(t)
-			r := &etcdtest.Replies{Decide: once(etcdtest.LoseReply, putsUnder(t, w.kind, w.queue))}
-			wt := w.startOn(t, c, c.Client(t, r.Option()), etcdtest.Context(t, wait))
+			c := fencingtest.Single(t)
+			r := &fencingtest.Replies{Decide: once(fencingtest.LoseReply, putsUnder(t, w.kind, w.queue))}
+			wt := w.startOn(t, c, c.Client(t, r.Option()), fencingtest.Context(t, wait))
 			if n := w.keysOf(t, c, wt.s); n != 1 {
 				t.Errorf("the call has %d keys queued; want 1", n)
 			}
@@ -119,13 +119,13 @@ func TestSharedKeepsPlaceAcrossLostReply(t *testing.T) {
 				if res.h.Key() != wt.key {
 					t.Errorf("holds with key %s; its lost enqueue wrote %s", res.h.Key(), wt.key)
 				}
-				if err := res.h.Unlock(etcdtest.Context(t, wait)); err != nil {
+				if err := res.h.Unlock(fencingtest.Context(t, wait)); err != nil {
 					t.Fatal(err)
 				}
 			case <-time.After(wait):
 				t.Fatalf("the call had not returned within %v", wait)
 			}
-			etcdtest.WaitFor(t, wait, "no key of the call left", func() bool { return w.keysOf(t, c, wt.s) == 0 })
+			fencingtest.WaitFor(t, wait, "no key of the call left", func() bool { return w.keysOf(t, c, wt.s) == 0 })
 		})
 	}
 }
@@ -136,20 +136,20 @@ func TestSharedKeepsPlaceAcrossLostReply(t *testing.T) {
 func TestSharedLateEnqueueLeavesNoKey(t *testing.T) {
 	for _, w := range waitShapes {
 		t.Run(w.name, func(t *testing.T) {
-			c := etcdtest.Single(t)
-			r := &etcdtest.Replies{Decide: once(etcdtest.Late, putsUnder(t, w.kind, w.queue))}
+			c := fencingtest.Single(t)
+			r := &fencingtest.Replies{Decide: once(fencingtest.Late, putsUnder(t, w.kind, w.queue))}
 			ctx, cancel := context.WithCancel(t.Context())
 			wt := w.startOn(t, c, c.Client(t, r.Option()), ctx, fencing.WithTTL(60*time.Second))
 			cancel()
 			if err := wt.result(t); !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled: %v", err)
 			}
-			etcdtest.WaitFor(t, wait, "the cancelled call's key to go", func() bool { return !c.Exists(t, wt.key) })
+			fencingtest.WaitFor(t, wait, "the cancelled call's key to go", func() bool { return !c.Exists(t, wt.key) })
 			r.Release() // the first enqueue arrives now, and writes the key again
-			etcdtest.WaitFor(t, wait, "the late key to be swept", func() bool { return w.keysOf(t, c, wt.s) == 0 })
+			fencingtest.WaitFor(t, wait, "the late key to be swept", func() bool { return w.keysOf(t, c, wt.s) == 0 })
 			wt.release(t)
 			next := take(t, w.call(t, newSession(t, c.Client(t)))) // not held back by a ghost
-			if err := next.Unlock(etcdtest.Context(t, wait)); err != nil {
+			if err := next.Unlock(fencingtest.Context(t, wait)); err != nil {
 				t.Fatal(err)
 			}
 			if n := w.keysOf(t, c, wt.s); n != 0 {
@@ -166,11 +166,11 @@ func TestSharedLateEnqueueLeavesNoKey(t *testing.T) {
 func TestSharedWaitSurvivesCompactionAndReconnect(t *testing.T) {
 	for _, w := range waitShapes {
 		t.Run(w.name, func(t *testing.T) {
-			c := etcdtest.Three(t)
+			c := fencingtest.Three(t)
 			var ctr etcdtest.Counter
-			cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
-			wt := w.startOn(t, c, cli, etcdtest.Context(t, 2*wait), fencing.WithTTL(30*time.Second))
-			etcdtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
+			cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
+			wt := w.startOn(t, c, cli, fencingtest.Context(t, 2*wait), fencing.WithTTL(30*time.Second))
+			fencingtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
 			c.CompactWhileDown(t, 0, func() { wt.release(t) })
 			if err := wt.result(t); err != nil {
 				t.Fatalf("the wait across compaction and reconnect: %v", err)
@@ -180,13 +180,13 @@ func TestSharedWaitSurvivesCompactionAndReconnect(t *testing.T) {
 }
 
 // keysOf counts the keys of the shape's queue on s's lease.
-func (w waitShape) keysOf(t *testing.T, c *etcdtest.Cluster, s *fencing.Session) int {
+func (w waitShape) keysOf(t *testing.T, c *fencingtest.Cluster, s *fencing.Session) int {
 	t.Helper()
 	p, err := inspect.KeyPrefix(fencing.DefaultRoot, w.kind, w.queue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Admin.Get(etcdtest.Context(t, wait), p, clientv3.WithPrefix())
+	resp, err := c.Admin.Get(fencingtest.Context(t, wait), p, clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func putsUnder(t *testing.T, kind fencing.Kind, name string) func(string, any) b
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(_ string, req any) bool { return etcdtest.PutsUnder(req, p) }
+	return func(_ string, req any) bool { return fencingtest.PutsUnder(req, p) }
 }
 
 // Each wait, and every call of the new kinds, returns by its ctx's
@@ -215,7 +215,7 @@ func TestSharedCallsKeepTheirDeadline(t *testing.T) {
 	for _, w := range waitShapes {
 		t.Run(w.name, func(t *testing.T) {
 			t.Parallel()
-			c := etcdtest.Single(t)
+			c := fencingtest.Single(t)
 			cli, link := c.ProxiedClient(t)
 			const ttl = 20 * time.Second
 			lctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -241,7 +241,7 @@ func TestSharedCallsKeepTheirDeadline(t *testing.T) {
 			wt.release(t)
 			// An enqueue whose reply was lost may be applied after the first
 			// delete: its key goes with the second, one TTL later.
-			etcdtest.WaitFor(t, ttl+wait, "no key of the failed calls left", func() bool {
+			fencingtest.WaitFor(t, ttl+wait, "no key of the failed calls left", func() bool {
 				return w.keysOf(t, c, wt.s) == 0 && len(c.Keys(t, "leasehold/deadline-free#")) == 0
 			})
 		})
@@ -255,8 +255,8 @@ func TestSharedCallsKeepTheirDeadline(t *testing.T) {
 func TestRevokedWaitSaysLeaseExpired(t *testing.T) {
 	for _, w := range waitShapes {
 		t.Run(w.name, func(t *testing.T) {
-			c := etcdtest.Single(t)
-			wt := w.start(t, c, etcdtest.Context(t, wait), fencing.WithTTL(60*time.Second))
+			c := fencingtest.Single(t)
+			wt := w.start(t, c, fencingtest.Context(t, wait), fencing.WithTTL(60*time.Second))
 			c.Revoke(t, wt.s.Lease())
 			wt.release(t) // its turn comes: it finds its key gone, with the lease
 			if err := wt.result(t); !errors.Is(err, fencing.ErrSessionExpired) || !errors.Is(err, fencing.ErrLeaseExpired) {

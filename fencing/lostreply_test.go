@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -19,39 +19,39 @@ import (
 
 // once returns a Decide that gives fault f to the first request match
 // accepts, and passes every other.
-func once(f etcdtest.Fault, match func(method string, req any) bool) func(string, any) etcdtest.Fault {
+func once(f fencingtest.Fault, match func(method string, req any) bool) func(string, any) fencingtest.Fault {
 	var done atomic.Bool
-	return func(method string, req any) etcdtest.Fault {
+	return func(method string, req any) fencingtest.Fault {
 		if match(method, req) && done.CompareAndSwap(false, true) {
 			return f
 		}
-		return etcdtest.Pass
+		return fencingtest.Pass
 	}
 }
 
 func enqueueOf(name string) func(string, any) bool {
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", name)
-	return func(_ string, req any) bool { return etcdtest.PutsUnder(req, prefix) }
+	return func(_ string, req any) bool { return fencingtest.PutsUnder(req, prefix) }
 }
 
 // A Lock whose enqueue was applied but whose reply was lost keeps its place
 // in the queue: it finds its own key and waits with it, ahead of a waiter
 // that queued after the lost reply, and owns with that key's revision.
 func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	owner := fencingtest.Lock(t, newSession(t, c.Client(t)), "lost-reply")
-	r := &etcdtest.Replies{Decide: once(etcdtest.LoseReply, enqueueOf("lost-reply"))}
+	r := &fencingtest.Replies{Decide: once(fencingtest.LoseReply, enqueueOf("lost-reply"))}
 	s := newSession(t, c.Client(t, r.Option()))
 	got := make(chan *fencing.Hold, 1)
 	go func() {
-		h, err := newMutex(t, s, "lost-reply").Lock(etcdtest.Context(t, wait))
+		h, err := newMutex(t, s, "lost-reply").Lock(fencingtest.Context(t, wait))
 		if err != nil {
 			t.Errorf("Lock across a lost reply: %v", err)
 		}
 		got <- h
 	}()
-	etcdtest.WaitFor(t, wait, "the lost enqueue to be applied", func() bool { return len(fencingtest.LockKeys(t, c, "lost-reply")) == 2 })
-	keys := fencingtest.LockKeys(t, c, "lost-reply")
+	fencingtest.WaitFor(t, wait, "the lost enqueue to be applied", func() bool { return len(etcdtest.LockKeys(t, c, "lost-reply")) == 2 })
+	keys := etcdtest.LockKeys(t, c, "lost-reply")
 	if len(keys) != 2 {
 		t.Fatalf("keys %q; want the owner's and the lost enqueue's", keys)
 	}
@@ -62,14 +62,14 @@ func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
 	later := newSession(t, c.Client(t))
 	laterDone := make(chan error, 1)
 	go func() {
-		h, err := newMutex(t, later, "lost-reply").Lock(etcdtest.Context(t, wait))
+		h, err := newMutex(t, later, "lost-reply").Lock(fencingtest.Context(t, wait))
 		if err == nil {
-			err = h.Unlock(etcdtest.Context(t, wait))
+			err = h.Unlock(fencingtest.Context(t, wait))
 		}
 		laterDone <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the later waiter to queue", func() bool { return len(fencingtest.LockKeys(t, c, "lost-reply")) == 3 })
-	if err := owner.Unlock(etcdtest.Context(t, wait)); err != nil {
+	fencingtest.WaitFor(t, wait, "the later waiter to queue", func() bool { return len(etcdtest.LockKeys(t, c, "lost-reply")) == 3 })
+	if err := owner.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	h := <-got
@@ -79,30 +79,30 @@ func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
 	if h.Key() != first {
 		t.Errorf("Lock owns with key %s; its lost enqueue wrote %s", h.Key(), first)
 	}
-	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-laterDone; err != nil {
 		t.Fatalf("later waiter: %v", err)
 	}
-	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(fencingtest.LockKeys(t, c, "lost-reply")) == 0 })
+	fencingtest.WaitFor(t, wait, "no key left", func() bool { return len(etcdtest.LockKeys(t, c, "lost-reply")) == 0 })
 }
 
 // A TryLock whose write was applied but whose reply was lost finds its own
 // key at the head and owns with it; a refused request is sent again.
 func TestTryLockAcrossLostAndRefusedReplies(t *testing.T) {
-	c := etcdtest.Single(t)
-	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse, etcdtest.Hang} {
-		r := &etcdtest.Replies{Decide: once(f, enqueueOf("try-lost"))}
+	c := fencingtest.Single(t)
+	for _, f := range []fencingtest.Fault{fencingtest.LoseReply, fencingtest.Refuse, fencingtest.Hang} {
+		r := &fencingtest.Replies{Decide: once(f, enqueueOf("try-lost"))}
 		s := newSession(t, c.Client(t, r.Option()))
-		h, err := newMutex(t, s, "try-lost").TryLock(etcdtest.Context(t, wait))
+		h, err := newMutex(t, s, "try-lost").TryLock(fencingtest.Context(t, wait))
 		if err != nil {
 			t.Fatalf("TryLock across fault %d: %v", f, err)
 		}
-		if keys := fencingtest.LockKeys(t, c, "try-lost"); len(keys) != 1 || keys[0] != h.Key() {
+		if keys := etcdtest.LockKeys(t, c, "try-lost"); len(keys) != 1 || keys[0] != h.Key() {
 			t.Fatalf("keys %q; want only the hold's %s", keys, h.Key())
 		}
-		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+		if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -112,15 +112,15 @@ func TestTryLockAcrossLostAndRefusedReplies(t *testing.T) {
 // attempt that gets no answer (without waiting out its ctx), and reports
 // success: the hold is released, its key gone.
 func TestUnlockRetriesPassingFailures(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", "unlock-retry")
-	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse, etcdtest.Hang} {
-		r := &etcdtest.Replies{Decide: once(f, func(_ string, req any) bool { return etcdtest.DeletesUnder(req, prefix) })}
+	for _, f := range []fencingtest.Fault{fencingtest.LoseReply, fencingtest.Refuse, fencingtest.Hang} {
+		r := &fencingtest.Replies{Decide: once(f, func(_ string, req any) bool { return fencingtest.DeletesUnder(req, prefix) })}
 		h := fencingtest.Lock(t, newSession(t, c.Client(t, r.Option())), "unlock-retry")
-		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+		if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 			t.Fatalf("Unlock across fault %d: %v", f, err)
 		}
-		if keys := fencingtest.LockKeys(t, c, "unlock-retry"); len(keys) != 0 {
+		if keys := etcdtest.LockKeys(t, c, "unlock-retry"); len(keys) != 0 {
 			t.Fatalf("keys left: %q", keys)
 		}
 	}
@@ -131,9 +131,9 @@ func TestUnlockRetriesPassingFailures(t *testing.T) {
 // deletes it as soon as it appears, so the queue is not blocked by a key
 // nobody waits on.
 func TestLateEnqueueLeavesNoKey(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	owner := fencingtest.Lock(t, newSession(t, c.Client(t)), "late")
-	r := &etcdtest.Replies{Decide: once(etcdtest.Late, enqueueOf("late"))}
+	r := &fencingtest.Replies{Decide: once(fencingtest.Late, enqueueOf("late"))}
 	s := newSession(t, c.Client(t, r.Option()), fencing.WithTTL(60*time.Second))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -141,22 +141,22 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 		_, err := newMutex(t, s, "late").Lock(ctx)
 		done <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the retried enqueue to queue", func() bool { return len(fencingtest.LockKeys(t, c, "late")) == 2 })
+	fencingtest.WaitFor(t, wait, "the retried enqueue to queue", func() bool { return len(etcdtest.LockKeys(t, c, "late")) == 2 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v", err)
 	}
-	etcdtest.WaitFor(t, wait, "the cancelled Lock's key to go", func() bool { return len(fencingtest.LockKeys(t, c, "late")) == 1 })
+	fencingtest.WaitFor(t, wait, "the cancelled Lock's key to go", func() bool { return len(etcdtest.LockKeys(t, c, "late")) == 1 })
 	r.Release() // the first enqueue arrives now, and writes the key again
-	etcdtest.WaitFor(t, wait, "the late key to be swept", func() bool { return len(fencingtest.LockKeys(t, c, "late")) == 1 })
-	if err := owner.Unlock(etcdtest.Context(t, wait)); err != nil {
+	fencingtest.WaitFor(t, wait, "the late key to be swept", func() bool { return len(etcdtest.LockKeys(t, c, "late")) == 1 })
+	if err := owner.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	next := fencingtest.Lock(t, newSession(t, c.Client(t)), "late") // not blocked by a ghost
-	if err := next.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := next.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	if keys := fencingtest.LockKeys(t, c, "late"); len(keys) != 0 {
+	if keys := etcdtest.LockKeys(t, c, "late"); len(keys) != 0 {
 		t.Fatalf("keys left: %q", keys)
 	}
 }
@@ -166,22 +166,22 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 // off: an attempt that got no answer in its time is followed by one with
 // twice as long, and each answer teaches the session the link's speed.
 func TestSlowLinkIsNotCutShort(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	s := newSession(t, cli)
 	link.Delay(400 * time.Millisecond)
 	for i := range 2 {
 		m := newMutex(t, s, "slow-link")
-		h, err := m.Lock(etcdtest.Context(t, wait))
+		h, err := m.Lock(fencingtest.Context(t, wait))
 		if err != nil {
 			t.Fatalf("Lock %d over a slow link: %v", i, err)
 		}
-		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+		if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 			t.Fatalf("Unlock %d over a slow link: %v", i, err)
 		}
 	}
 	link.Restore()
-	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(fencingtest.LockKeys(t, c, "slow-link")) == 0 })
+	fencingtest.WaitFor(t, wait, "no key left", func() bool { return len(etcdtest.LockKeys(t, c, "slow-link")) == 0 })
 }
 
 // "raft: stopped", from a member shutting down, may come after the proposal
@@ -190,14 +190,14 @@ func TestSlowLinkIsNotCutShort(t *testing.T) {
 // dropped" is a real refusal), still removes the key its attempt wrote.
 // Found by review: it used to count as a refusal, and left the name blocked.
 func TestStoppedEnqueueLeavesNoKey(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	owner := fencingtest.Lock(t, newSession(t, c.Client(t)), "stopped")
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", "stopped")
 	var n atomic.Int32
 	fault := func(cfg *clientv3.Config) {
 		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
 			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if !etcdtest.PutsUnder(req, prefix) {
+				if !fencingtest.PutsUnder(req, prefix) {
 					return inv(ctx, method, req, reply, cc, opts...)
 				}
 				if n.Add(1) == 1 {
@@ -215,8 +215,8 @@ func TestStoppedEnqueueLeavesNoKey(t *testing.T) {
 	if _, err := newMutex(t, s, "stopped").Lock(ctx); err == nil {
 		t.Fatal("Lock succeeded")
 	}
-	if err := owner.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := owner.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	etcdtest.WaitFor(t, wait, "the failed Lock's key to go", func() bool { return len(fencingtest.LockKeys(t, c, "stopped")) == 0 })
+	fencingtest.WaitFor(t, wait, "the failed Lock's key to go", func() bool { return len(etcdtest.LockKeys(t, c, "stopped")) == 0 })
 }

@@ -4,12 +4,12 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { fencingtest.Main(m) }
 
 const wait = fencingtest.Wait
 
@@ -20,7 +20,7 @@ var (
 
 func lock(t testing.TB, m *fencing.Mutex) *fencing.Hold {
 	t.Helper()
-	h, err := m.Lock(etcdtest.Context(t, wait))
+	h, err := m.Lock(fencingtest.Context(t, wait))
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
 	}

@@ -12,16 +12,16 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 func TestLockUnlockUncontendedSendsTwoRequests(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var ctr etcdtest.Counter
 	s := newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)))
 	m := newMutex(t, s, "jobs/billing")
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	ctr.Reset()
 	h, err := m.Lock(ctx)
 	if err != nil {
@@ -40,25 +40,25 @@ func TestLockUnlockUncontendedSendsTwoRequests(t *testing.T) {
 }
 
 func TestTryLockHeldSendsOneRequestAndLeavesNoKey(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var ctr etcdtest.Counter
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "try"))
 	m := newMutex(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)), fencing.WithIdentity("second")), "try")
 	ctr.Reset()
-	_, err := m.TryLock(etcdtest.Context(t, wait))
+	_, err := m.TryLock(fencingtest.Context(t, wait))
 	if !errors.Is(err, fencing.ErrLocked) {
 		t.Fatalf("TryLock on a held lock: %v; want ErrLocked", err)
 	}
 	if got := ctr.Requests("Txn"); got != 1 || ctr.Requests("") > 1+ctr.Requests("LeaseKeepAlive") {
 		t.Fatalf("TryLock sent %v; want one Txn", &ctr)
 	}
-	if keys := fencingtest.LockKeys(t, c, "try"); !slices.Equal(keys, []string{holder.Key()}) {
+	if keys := etcdtest.LockKeys(t, c, "try"); !slices.Equal(keys, []string{holder.Key()}) {
 		t.Fatalf("keys after failed TryLock = %q; want only the holder's", keys)
 	}
-	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := holder.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	h, err := m.TryLock(etcdtest.Context(t, wait))
+	h, err := m.TryLock(fencingtest.Context(t, wait))
 	if err != nil {
 		t.Fatalf("TryLock on a free lock: %v", err)
 	}
@@ -72,7 +72,7 @@ func TestTryLockHeldSendsOneRequestAndLeavesNoKey(t *testing.T) {
 // workers share a session: they exclude each other like the rest.
 func TestTokensIncreaseUnderContention(t *testing.T) {
 	const workers, handoffs = 5, 200
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	sessions := make([]*fencing.Session, 4)
 	for i := range sessions {
 		sessions[i] = newSession(t, c.Client(t))
@@ -83,7 +83,7 @@ func TestTokensIncreaseUnderContention(t *testing.T) {
 		mu       sync.Mutex
 		last     fencing.Token
 		errs     = make(chan error, workers)
-		ctx      = etcdtest.Context(t, 2*wait)
+		ctx      = fencingtest.Context(t, 2*wait)
 	)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -118,7 +118,7 @@ func TestTokensIncreaseUnderContention(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if keys := fencingtest.LockKeys(t, c, "contended"); len(keys) != 0 {
+	if keys := etcdtest.LockKeys(t, c, "contended"); len(keys) != 0 {
 		t.Fatalf("keys left behind: %q", keys)
 	}
 }
@@ -126,19 +126,19 @@ func TestTokensIncreaseUnderContention(t *testing.T) {
 // S6: names that are prefixes of each other, or differ only in separators,
 // unicode or empty segments, are independent locks.
 func TestNamesAreIsolated(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	names := []string{"a", "a/b", "a/", "/a", "a//b", "a/b/c", "a:1", "a b", "π", "π/π", "a@1", "a%00"}
 	holds := map[string]*fencing.Hold{}
 	for _, name := range names {
-		h, err := newMutex(t, s, name).TryLock(etcdtest.Context(t, wait))
+		h, err := newMutex(t, s, name).TryLock(fencingtest.Context(t, wait))
 		if err != nil {
 			t.Fatalf("TryLock(%q) with the other names held: %v", name, err)
 		}
 		holds[name] = h
 	}
 	for _, name := range names {
-		if keys := fencingtest.LockKeys(t, c, name); !slices.Equal(keys, []string{holds[name].Key()}) {
+		if keys := etcdtest.LockKeys(t, c, name); !slices.Equal(keys, []string{holds[name].Key()}) {
 			t.Errorf("queue of %q = %q; want only its own hold", name, keys)
 		}
 		if got := holds[name].Token().Name; got != name {
@@ -146,16 +146,16 @@ func TestNamesAreIsolated(t *testing.T) {
 		}
 	}
 	// Releasing "a" hands over "a" only: "a/b" stays held.
-	if err := holds["a"].Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := holds["a"].Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newMutex(t, s, "a/b").TryLock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrLocked) {
+	if _, err := newMutex(t, s, "a/b").TryLock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrLocked) {
 		t.Fatalf("TryLock(a/b) after Unlock(a): %v; want ErrLocked", err)
 	}
 }
 
 func TestInvalidNamesRejected(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	for _, name := range []string{"", "a\x00", "\x00", "a\x00b", "\xff", strings.Repeat("x", fencing.MaxNameLen+1)} {
 		if _, err := fencing.NewMutex(s, name); !errors.Is(err, fencing.ErrInvalidName) {
@@ -173,35 +173,35 @@ func TestInvalidNamesRejected(t *testing.T) {
 // S7: two Lock calls on one session exclude each other, and an old hold's
 // Unlock never releases the newer one.
 func TestTwoLocksOnOneSession(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	m := newMutex(t, s, "shared-session")
 	first := lock(t, m)
-	if _, err := m.TryLock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrLocked) {
+	if _, err := m.TryLock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrLocked) {
 		t.Fatalf("second TryLock on one session: %v; want ErrLocked", err)
 	}
 	got := make(chan *fencing.Hold, 1)
 	go func() {
-		h, err := m.Lock(etcdtest.Context(t, wait))
+		h, err := m.Lock(fencingtest.Context(t, wait))
 		if err != nil {
 			t.Error(err)
 		}
 		got <- h
 	}()
-	etcdtest.WaitFor(t, wait, "the second Lock to queue", func() bool { return len(fencingtest.LockKeys(t, c, "shared-session")) == 2 })
+	fencingtest.WaitFor(t, wait, "the second Lock to queue", func() bool { return len(etcdtest.LockKeys(t, c, "shared-session")) == 2 })
 	select {
 	case <-got:
 		t.Fatal("second Lock on one session returned while the first held")
 	default:
 	}
-	if err := first.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := first.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	second := <-got
 	if second == nil {
 		t.FailNow()
 	}
-	if err := first.Unlock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
+	if err := first.Unlock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Fatalf("double Unlock: %v; want ErrNotHeld", err)
 	}
 	if !c.Exists(t, second.Key()) {
@@ -210,19 +210,19 @@ func TestTwoLocksOnOneSession(t *testing.T) {
 }
 
 func TestUnlockAfterKeyDeletedIsNotHeld(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := lock(t, newMutex(t, newSession(t, c.Client(t)), "deleted"))
 	c.Delete(t, h.Key())
-	if err := h.Unlock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
+	if err := h.Unlock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Fatalf("Unlock after delete: %v; want ErrNotHeld", err)
 	}
 }
 
 // waiter starts m.Lock in the background once the lock is held, and returns
 // when the waiter's key is queued.
-func waiter(t *testing.T, c *etcdtest.Cluster, m *fencing.Mutex, ctx context.Context) <-chan error {
+func waiter(t *testing.T, c *fencingtest.Cluster, m *fencing.Mutex, ctx context.Context) <-chan error {
 	t.Helper()
-	before := len(fencingtest.LockKeys(t, c, m.Name()))
+	before := len(etcdtest.LockKeys(t, c, m.Name()))
 	errc := make(chan error, 1)
 	go func() {
 		h, err := m.Lock(ctx)
@@ -231,13 +231,13 @@ func waiter(t *testing.T, c *etcdtest.Cluster, m *fencing.Mutex, ctx context.Con
 		}
 		errc <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(fencingtest.LockKeys(t, c, m.Name())) > before })
+	fencingtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(etcdtest.LockKeys(t, c, m.Name())) > before })
 	return errc
 }
 
 // S8: a cancelled Lock removes its key.
 func TestCancelledLockLeavesNoKey(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "cancel"))
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := waiter(t, c, newMutex(t, newSession(t, c.Client(t)), "cancel"), ctx)
@@ -245,22 +245,22 @@ func TestCancelledLockLeavesNoKey(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v; want context.Canceled", err)
 	}
-	if keys := fencingtest.LockKeys(t, c, "cancel"); !slices.Equal(keys, []string{holder.Key()}) {
+	if keys := etcdtest.LockKeys(t, c, "cancel"); !slices.Equal(keys, []string{holder.Key()}) {
 		t.Fatalf("keys after cancelled Lock = %q; want only the holder's", keys)
 	}
 }
 
 // S5: a waiter whose lease is revoked fails instead of acquiring.
 func TestLockFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "revoke"))
 	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second))
-	errc := waiter(t, c, newMutex(t, s, "revoke"), etcdtest.Context(t, wait))
+	errc := waiter(t, c, newMutex(t, s, "revoke"), fencingtest.Context(t, wait))
 	c.Revoke(t, s.Lease())
 	if err := <-errc; !errors.Is(err, fencing.ErrSessionExpired) || !errors.Is(err, fencing.ErrLeaseExpired) {
 		t.Fatalf("Lock with revoked lease: %v; want ErrSessionExpired wrapping ErrLeaseExpired", err)
 	}
-	if keys := fencingtest.LockKeys(t, c, "revoke"); !slices.Equal(keys, []string{holder.Key()}) {
+	if keys := etcdtest.LockKeys(t, c, "revoke"); !slices.Equal(keys, []string{holder.Key()}) {
 		t.Fatalf("keys = %q; want only the holder's", keys)
 	}
 }
@@ -268,15 +268,15 @@ func TestLockFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
 // S5: a waiter whose key an operator deletes fails when its turn comes,
 // instead of acquiring a lock nobody can see it holds.
 func TestLockFailsWhenKeyDeletedWhileWaiting(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "opdelete"))
-	errc := waiter(t, c, newMutex(t, newSession(t, c.Client(t)), "opdelete"), etcdtest.Context(t, wait))
-	for _, k := range fencingtest.LockKeys(t, c, "opdelete") {
+	errc := waiter(t, c, newMutex(t, newSession(t, c.Client(t)), "opdelete"), fencingtest.Context(t, wait))
+	for _, k := range etcdtest.LockKeys(t, c, "opdelete") {
 		if k != holder.Key() {
 			c.Delete(t, k)
 		}
 	}
-	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := holder.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errc; !errors.Is(err, fencing.ErrKeyDeleted) {
@@ -290,16 +290,16 @@ func TestLockFailsWhenKeyDeletedWhileWaiting(t *testing.T) {
 // resumes, on restart, from a revision compacted away meanwhile. Its TTL
 // outlasts the member's downtime and gRPC's reconnect backoff.
 func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "compact"))
 	var ctr etcdtest.Counter
-	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
-	errc := waiter(t, c, newMutex(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact"), etcdtest.Context(t, wait))
+	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
+	errc := waiter(t, c, newMutex(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact"), fencingtest.Context(t, wait))
 	// Stop the member only once the waiter watches: a stop that loses the
 	// enqueue's reply fails the Lock instead, as it should.
-	etcdtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
+	fencingtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
 	c.CompactWhileDown(t, 0, func() {
-		if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+		if err := holder.Unlock(fencingtest.Context(t, wait)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -310,10 +310,10 @@ func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
 
 // S1 across a raft leader change: a new owner's token is greater.
 func TestTokensIncreaseAcrossLeaderChange(t *testing.T) {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	m := newMutex(t, newSession(t, c.Client(t)), "leader-change")
 	h := lock(t, m)
-	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	c.StopLeader(t)
@@ -327,20 +327,20 @@ func TestTokensIncreaseAcrossLeaderChange(t *testing.T) {
 // S9: a waiter whose member loses its raft leader keeps its place: its
 // reads fail for a while (no leader), and it retries instead of failing.
 func TestWaitSurvivesLostQuorum(t *testing.T) {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t), fencing.WithTTL(30*time.Second)), "quorum"))
 	var ctr etcdtest.Counter
-	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
-	errc := waiter(t, c, newMutex(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "quorum"), etcdtest.Context(t, 2*wait))
+	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
+	errc := waiter(t, c, newMutex(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "quorum"), fencingtest.Context(t, 2*wait))
 	watches := ctr.Requests("Watch")
 	c.Stop(1)
 	c.Stop(2)
 	// The waiter's watch is cancelled for lack of a leader, and re-armed.
-	etcdtest.WaitFor(t, wait, "the waiter to retry", func() bool { return ctr.Requests("Watch") > watches+1 })
+	fencingtest.WaitFor(t, wait, "the waiter to retry", func() bool { return ctr.Requests("Watch") > watches+1 })
 	c.Restart(t, 1)
 	c.Restart(t, 2)
 	c.WaitLeader(t)
-	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := holder.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errc; err != nil {
@@ -351,7 +351,7 @@ func TestWaitSurvivesLostQuorum(t *testing.T) {
 // A done context or a closed client fails Lock and TryLock with an error,
 // and leaves no key.
 func TestLockWithDoneContextOrClosedClient(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	m := newMutex(t, newSession(t, c.Client(t)), "refused")
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -361,16 +361,16 @@ func TestLockWithDoneContextOrClosedClient(t *testing.T) {
 	if _, err := m.TryLock(cancelled); !errors.Is(err, context.Canceled) {
 		t.Errorf("TryLock with a cancelled ctx: %v; want context.Canceled", err)
 	}
-	cli := etcdtest.NewClient(t, c.Endpoints())
+	cli := fencingtest.NewClient(t, c.Endpoints())
 	closed := newMutex(t, newSession(t, cli), "refused")
 	cli.Close()
-	if _, err := closed.Lock(etcdtest.Context(t, wait)); err == nil {
+	if _, err := closed.Lock(fencingtest.Context(t, wait)); err == nil {
 		t.Error("Lock on a closed client succeeded")
 	}
-	if _, err := closed.TryLock(etcdtest.Context(t, wait)); err == nil {
+	if _, err := closed.TryLock(fencingtest.Context(t, wait)); err == nil {
 		t.Error("TryLock on a closed client succeeded")
 	}
-	if keys := fencingtest.LockKeys(t, c, "refused"); len(keys) != 0 {
+	if keys := etcdtest.LockKeys(t, c, "refused"); len(keys) != 0 {
 		t.Fatalf("keys left behind: %q", keys)
 	}
 }

@@ -8,17 +8,17 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // Every exported function and method given a nil or zero value returns
 // ErrInvalidArgument (or does its documented no-op), never panics, and
 // writes nothing.
 func TestNilAndZeroInputs(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	s := newSession(t, cli)
 	h := lock(t, newMutex(t, s, "nil-inputs"))
 	var nilCtx context.Context
@@ -56,7 +56,7 @@ func TestNilAndZeroInputs(t *testing.T) {
 			if !errors.Is(err, fencing.ErrInvalidArgument) {
 				t.Errorf("got %v, want ErrInvalidArgument", err)
 			}
-			fencingtest.NamesPackageOnce(t, "fencing", err)
+			etcdtest.NamesPackageOnce(t, "fencing", err)
 		})
 	}
 	if s.Err() != nil || h.Context().Err() != nil {

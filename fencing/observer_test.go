@@ -10,23 +10,23 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 )
 
 func waitCounts(t *testing.T, r *fencingtest.Recorder, what string, ok func(c [5]int) bool) {
 	t.Helper()
-	etcdtest.WaitFor(t, wait, what, func() bool { return ok(r.Counts()) })
+	fencingtest.WaitFor(t, wait, what, func() bool { return ok(r.Counts()) })
 }
 
 // Each hold reports its acquisition once and then exactly one end, however
 // many paths learn of it (the session's end, the hold's watch, Unlock).
 func TestObserverSeesEachEventOnce(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var rec fencingtest.Recorder
 	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second), fencing.WithObserver(rec.Observer()))
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 
 	released := lock(t, newMutex(t, s, "released"))
 	if err := released.Unlock(ctx); err != nil {
@@ -113,16 +113,16 @@ func TestGateReportsRejections(t *testing.T) {
 // Transitions are logged at debug and losses at warn, each with the name,
 // token and lease.
 func TestLoggerRecordsTransitions(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var buf etcdtest.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s := newSession(t, c.Client(t), fencing.WithLogger(log))
 	h := lock(t, newMutex(t, s, "logged"))
-	h.Unlock(etcdtest.Context(t, wait))
+	h.Unlock(fencingtest.Context(t, wait))
 	lost := lock(t, newMutex(t, s, "logged"))
 	c.Revoke(t, s.Lease())
 	<-s.Done()
-	etcdtest.WaitFor(t, wait, "the loss to be logged", func() bool { return strings.Contains(buf.String(), "msg=lost") })
+	fencingtest.WaitFor(t, wait, "the loss to be logged", func() bool { return strings.Contains(buf.String(), "msg=lost") })
 	lease := fmt.Sprintf("lease=%x", int64(s.Lease()))
 	for _, want := range []string{
 		"level=DEBUG msg=acquired", "level=DEBUG msg=released", "level=WARN msg=lost", "level=WARN msg=\"session lost\"",
@@ -137,9 +137,9 @@ func TestLoggerRecordsTransitions(t *testing.T) {
 // Closing the client ends the session on purpose: its holds are reported
 // released, not lost.
 func TestObserverClosedClientReleases(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var rec fencingtest.Recorder
-	cli := etcdtest.NewClient(t, c.Endpoints())
+	cli := fencingtest.NewClient(t, c.Endpoints())
 	s := newSession(t, cli, fencing.WithObserver(rec.Observer()))
 	lock(t, newMutex(t, s, "client-closed"))
 	cli.Close()

@@ -6,23 +6,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // A session reuses the key of a finished Lock for its next Lock on the same
 // name (so a hot name's etcd index does not grow with every Lock), never the
 // key of a live one; each life of the key gets a new, greater token.
 func TestSessionReusesFinishedKeys(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	m := newMutex(t, newSession(t, c.Client(t)), "reuse")
 	first := lock(t, m)
-	second, err := newMutex(t, first.Session(), "reuse").TryLock(etcdtest.Context(t, wait))
+	second, err := newMutex(t, first.Session(), "reuse").TryLock(fencingtest.Context(t, wait))
 	if err == nil {
 		t.Fatalf("TryLock of a held lock on the same session succeeded with %v", second.Token())
 	}
-	if err := first.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := first.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	prev := first
@@ -34,7 +34,7 @@ func TestSessionReusesFinishedKeys(t *testing.T) {
 		if h.Token().Compare(prev.Token()) <= 0 {
 			t.Errorf("token %v not after %v", h.Token(), prev.Token())
 		}
-		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+		if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 			t.Fatal(err)
 		}
 		prev = h
@@ -43,17 +43,17 @@ func TestSessionReusesFinishedKeys(t *testing.T) {
 	a := lock(t, m)
 	res := make(chan error, 1)
 	go func() {
-		b, err := m.Lock(etcdtest.Context(t, wait))
+		b, err := m.Lock(fencingtest.Context(t, wait))
 		if err == nil && b.Key() == a.Key() {
 			err = errors.New("second Lock on the session reused the live key " + b.Key())
 		}
 		if err == nil {
-			err = b.Unlock(etcdtest.Context(t, wait))
+			err = b.Unlock(fencingtest.Context(t, wait))
 		}
 		res <- err
 	}()
-	etcdtest.WaitFor(t, wait, "the second Lock's key", func() bool { return len(fencingtest.LockKeys(t, c, "reuse")) == 2 })
-	if err := a.Unlock(etcdtest.Context(t, wait)); err != nil {
+	fencingtest.WaitFor(t, wait, "the second Lock's key", func() bool { return len(etcdtest.LockKeys(t, c, "reuse")) == 2 })
+	if err := a.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-res; err != nil {
@@ -64,23 +64,23 @@ func TestSessionReusesFinishedKeys(t *testing.T) {
 // A stale hold whose key the session has reused cannot write, and its failed
 // write ends nothing of the key's new owner.
 func TestStaleHoldOfReusedKey(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	m := newMutex(t, newSession(t, c.Client(t)), "reuse-stale")
 	old := lock(t, m)
-	if err := old.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := old.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	cur := lock(t, m)
 	if cur.Key() != old.Key() {
 		t.Fatalf("key not reused: %q then %q", old.Key(), cur.Key())
 	}
-	wctx, stop := guard.Watch(etcdtest.Context(t, wait), cur)
+	wctx, stop := guard.Watch(fencingtest.Context(t, wait), cur)
 	defer stop()
 	hctx := cur.Context()
-	if _, err := guard.Put(etcdtest.Context(t, wait), old, "reuse-stale/data", "stale"); !errors.Is(err, guard.ErrNotOwner) {
+	if _, err := guard.Put(fencingtest.Context(t, wait), old, "reuse-stale/data", "stale"); !errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("stale hold's guarded put: %v, want ErrNotOwner", err)
 	}
-	if err := old.Unlock(etcdtest.Context(t, wait)); err == nil {
+	if err := old.Unlock(fencingtest.Context(t, wait)); err == nil {
 		t.Fatal("a second Unlock of the stale hold succeeded")
 	}
 	if !c.Exists(t, cur.Key()) {
@@ -91,7 +91,7 @@ func TestStaleHoldOfReusedKey(t *testing.T) {
 			t.Errorf("the new owner's %s ended: %v", name, context.Cause(ctx))
 		}
 	}
-	if _, err := guard.Put(etcdtest.Context(t, wait), cur, "reuse-stale/data", "current"); err != nil {
+	if _, err := guard.Put(fencingtest.Context(t, wait), cur, "reuse-stale/data", "current"); err != nil {
 		t.Errorf("the new owner cannot write: %v", err)
 	}
 }
@@ -102,7 +102,7 @@ func TestStaleHoldOfReusedKey(t *testing.T) {
 // behind it, and it acquires. Reading only whether the key exists would
 // make it wait for its own successor, which waits for it.
 func TestWaiterNotFooledByPredecessorsNewLife(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	a := newMutex(t, newSession(t, c.Client(t)), "reuse-gap")
 	b := newMutex(t, newSession(t, cli), "reuse-gap")
@@ -112,24 +112,24 @@ func TestWaiterNotFooledByPredecessorsNewLife(t *testing.T) {
 	link.Delay(300 * time.Millisecond)
 	won := make(chan error, 1)
 	go func() {
-		h, err := b.Lock(etcdtest.Context(t, wait))
+		h, err := b.Lock(fencingtest.Context(t, wait))
 		if err == nil {
-			err = h.Unlock(etcdtest.Context(t, wait))
+			err = h.Unlock(fencingtest.Context(t, wait))
 		}
 		won <- err
 	}()
-	etcdtest.WaitFor(t, wait, "B's enqueue applied", func() bool { return len(fencingtest.LockKeys(t, c, "reuse-gap")) == 2 })
-	if err := held.Unlock(etcdtest.Context(t, wait)); err != nil {
+	fencingtest.WaitFor(t, wait, "B's enqueue applied", func() bool { return len(etcdtest.LockKeys(t, c, "reuse-gap")) == 2 })
+	if err := held.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	again := make(chan error, 1)
 	go func() {
-		h, err := a.Lock(etcdtest.Context(t, wait)) // the same key, a new life, behind B
+		h, err := a.Lock(fencingtest.Context(t, wait)) // the same key, a new life, behind B
 		if err == nil {
 			if h.Key() != held.Key() {
 				t.Errorf("key not reused: %q then %q", held.Key(), h.Key())
 			}
-			err = h.Unlock(etcdtest.Context(t, wait))
+			err = h.Unlock(fencingtest.Context(t, wait))
 		}
 		again <- err
 	}()
@@ -144,7 +144,7 @@ func TestWaiterNotFooledByPredecessorsNewLife(t *testing.T) {
 // A key one of whose deletes failed is never reused: that delete may yet be
 // applied, late, and must find nothing of a later hold to delete.
 func TestKeyOfFailedUnlockIsNotReused(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	m := newMutex(t, newSession(t, c.Client(t)), "reuse-unsure")
 	h := lock(t, m)
 	done, cancel := context.WithCancel(context.Background())
@@ -152,14 +152,14 @@ func TestKeyOfFailedUnlockIsNotReused(t *testing.T) {
 	if err := h.Unlock(done); err == nil {
 		t.Fatal("Unlock with a done ctx succeeded")
 	}
-	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	next := lock(t, m)
 	if next.Key() == h.Key() {
 		t.Errorf("the key %q of a hold with a failed delete was reused", h.Key())
 	}
-	if err := next.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := next.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,7 +29,7 @@ func (o sharedKeyOwner) Session() *fencing.Session { return o.s }
 
 func ownKey(t *testing.T, s *fencing.Session, key string) sharedKeyOwner {
 	t.Helper()
-	resp, err := s.Client().Put(etcdtest.Context(t, wait), key, "x", clientv3.WithLease(s.Lease()))
+	resp, err := s.Client().Put(fencingtest.Context(t, wait), key, "x", clientv3.WithLease(s.Lease()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,15 +39,15 @@ func ownKey(t *testing.T, s *fencing.Session, key string) sharedKeyOwner {
 // Two clients of two clusters in one process, owning keys of the same name:
 // a loss proven on one never cancels the other's watch.
 func TestSessionsDoNotShareOwnership(t *testing.T) {
-	a, b := etcdtest.Single(t), etcdtest.Single(t)
+	a, b := fencingtest.Single(t), fencingtest.Single(t)
 	sa, sb := newSession(t, a.Client(t)), newSession(t, b.Client(t))
 	const key = "app/leader"
 	oa, ob := ownKey(t, sa, key), ownKey(t, sb, key)
-	wb, stop := guard.Watch(etcdtest.Context(t, wait), ob)
+	wb, stop := guard.Watch(fencingtest.Context(t, wait), ob)
 	defer stop()
 
 	a.Delete(t, key)
-	if _, err := guard.Put(etcdtest.Context(t, wait), oa, "app/state", "v"); !errors.Is(err, guard.ErrNotOwner) {
+	if _, err := guard.Put(fencingtest.Context(t, wait), oa, "app/state", "v"); !errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("guarded put on cluster A after the delete: %v, want ErrNotOwner", err)
 	}
 	// Commit ends the watches of the loss it proved before it returns: one
@@ -55,7 +55,7 @@ func TestSessionsDoNotShareOwnership(t *testing.T) {
 	if wb.Err() != nil {
 		t.Fatalf("cluster B's watch ended with %v after a loss on cluster A", context.Cause(wb))
 	}
-	if _, err := guard.Put(etcdtest.Context(t, wait), ob, "app/state", "v"); err != nil {
+	if _, err := guard.Put(fencingtest.Context(t, wait), ob, "app/state", "v"); err != nil {
 		t.Fatalf("cluster B's owner can no longer write: %v", err)
 	}
 }
@@ -63,7 +63,7 @@ func TestSessionsDoNotShareOwnership(t *testing.T) {
 // Context is a getter: it returns at once even when etcd cannot be reached,
 // and the context it returns still ends with the session.
 func TestContextNeverBlocks(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	s := newSession(t, cli, fencing.WithTTL(60*time.Second))
 	h := lock(t, newMutex(t, s, "getter"))
@@ -95,7 +95,7 @@ func TestContextNeverBlocks(t *testing.T) {
 // A hold whose key is gone before Context is first called gets a context
 // that ends with that loss, once its background watch looks.
 func TestContextOfAlreadyLostHold(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := lock(t, newMutex(t, newSession(t, c.Client(t)), "getter-lost"))
 	c.Delete(t, h.Key())
 	ctx := h.Context()
@@ -113,11 +113,11 @@ func TestContextOfAlreadyLostHold(t *testing.T) {
 // delete then fails; the key stays, owning the lock, until Unlock is called
 // again.
 func TestFailedUnlockEndsContextsKeepsKey(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	h := lock(t, newMutex(t, s, "unlock-fails"))
 	hctx := h.Context()
-	wctx, stop := guard.Watch(etcdtest.Context(t, wait), h)
+	wctx, stop := guard.Watch(fencingtest.Context(t, wait), h)
 	defer stop()
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -132,10 +132,10 @@ func TestFailedUnlockEndsContextsKeepsKey(t *testing.T) {
 	if !c.Exists(t, h.Key()) {
 		t.Fatal("the key went though Unlock failed")
 	}
-	if _, err := guard.Put(etcdtest.Context(t, wait), h, "unlock-fails/data", "v"); err != nil {
+	if _, err := guard.Put(fencingtest.Context(t, wait), h, "unlock-fails/data", "v"); err != nil {
 		t.Errorf("a guarded write after the failed Unlock: %v; the key still owns the lock", err)
 	}
-	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatalf("Unlock again: %v", err)
 	}
 	if c.Exists(t, h.Key()) {
@@ -146,17 +146,17 @@ func TestFailedUnlockEndsContextsKeepsKey(t *testing.T) {
 // A waiter whose key an operator deletes keeps waiting, and fails with
 // ErrKeyDeleted when its turn comes, as Lock's doc says.
 func TestLockFailsWhenDeletedWaiterTurnComes(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "deleted-waiter"))
 	m := newMutex(t, newSession(t, c.Client(t)), "deleted-waiter")
 	res := make(chan error, 1)
 	go func() {
-		_, err := m.Lock(etcdtest.Context(t, wait))
+		_, err := m.Lock(fencingtest.Context(t, wait))
 		res <- err
 	}()
 	var waiter string
-	etcdtest.WaitFor(t, wait, "the waiter's key", func() bool {
-		keys := fencingtest.LockKeys(t, c, "deleted-waiter")
+	fencingtest.WaitFor(t, wait, "the waiter's key", func() bool {
+		keys := etcdtest.LockKeys(t, c, "deleted-waiter")
 		if len(keys) == 2 {
 			waiter = keys[1]
 		}
@@ -168,7 +168,7 @@ func TestLockFailsWhenDeletedWaiterTurnComes(t *testing.T) {
 		t.Fatalf("Lock returned %v before its turn", err)
 	default:
 	}
-	if err := holder.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := holder.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-res; !errors.Is(err, fencing.ErrKeyDeleted) {
@@ -213,7 +213,7 @@ func (r *reentrant) WithAttrs([]slog.Attr) slog.Handler        { return r }
 func (r *reentrant) WithGroup(string) slog.Handler             { return r }
 
 func TestCallbacksRunOutsideLocks(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	r := &reentrant{}
 	finished := make(chan struct{})
 	go func() {
@@ -233,7 +233,7 @@ func TestCallbacksRunOutsideLocks(t *testing.T) {
 			return
 		}
 		r.h.Store(h)
-		etcdtest.WaitFor(t, wait, "a renewal", func() bool { return r.calls.Load() > 2 })
+		fencingtest.WaitFor(t, wait, "a renewal", func() bool { return r.calls.Load() > 2 })
 		_ = h.Unlock(ctx) // OnRelease under Unlock
 		h, _ = m.Lock(ctx)
 		r.h.Store(h)

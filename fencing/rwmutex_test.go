@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 )
@@ -22,7 +23,7 @@ func newRWMutex(t testing.TB, s *fencing.Session, name string) *fencing.RWMutex 
 	return m
 }
 
-func rwKeys(t testing.TB, c *etcdtest.Cluster, name string) []string {
+func rwKeys(t testing.TB, c *fencingtest.Cluster, name string) []string {
 	t.Helper()
 	p, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindRWLock, name)
 	if err != nil {
@@ -44,13 +45,13 @@ func goLock(ctx context.Context, lock func(context.Context) (*fencing.Hold, erro
 // (no writer starves); readers queued together enter together once the
 // writer leaves; tokens follow the rules of the type's doc.
 func TestRWMutexFairness(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
 	m := newRWMutex(t, newSession(t, cli), "table")
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	queued := func(n int) {
 		t.Helper()
-		etcdtest.WaitFor(t, wait, fmt.Sprintf("%d keys queued", n), func() bool { return len(rwKeys(t, c, "table")) == n })
+		fencingtest.WaitFor(t, wait, fmt.Sprintf("%d keys queued", n), func() bool { return len(rwKeys(t, c, "table")) == n })
 	}
 	r1, err := m.RLock(ctx)
 	if err != nil {
@@ -105,10 +106,10 @@ func TestRWMutexFairness(t *testing.T) {
 // TryLock and TryRLock on a free lock take it in one request; a writer
 // excludes everyone, readers exclude writers.
 func TestRWMutexTry(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var ctr etcdtest.Counter
 	m := newRWMutex(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr))), "try-rw")
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	ctr.Reset()
 	w, err := m.TryLock(ctx)
 	if err != nil {
@@ -150,10 +151,10 @@ func TestRWMutexTry(t *testing.T) {
 
 // Bad input gets a sentinel, writes nothing and never panics.
 func TestRWMutexBadInput(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	var nilCtx context.Context
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	m := newRWMutex(t, s, "bad-rw")
 	for name, call := range map[string]func() error{
 		"nil session":   func() error { _, err := fencing.NewRWMutex(nil, "x"); return err },
@@ -194,7 +195,7 @@ func TestRWMutexExclusionUnderFaults(t *testing.T) {
 		workers = 6
 		name    = "faulty-rw"
 	)
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var log writeLog
 	took := underFaults(t, c, workers, &log, func(s *fencing.Session) (picker, error) {
 		m, err := fencing.NewRWMutex(s, name)
@@ -225,7 +226,7 @@ func TestRWMutexExclusionUnderFaults(t *testing.T) {
 		}
 		return nil
 	})
-	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(rwKeys(t, c, name)) == 0 })
+	fencingtest.WaitFor(t, wait, "no key left", func() bool { return len(rwKeys(t, c, name)) == 0 })
 }
 
 // A writer behind readers waits on all of them with one watch: their
@@ -233,13 +234,13 @@ func TestRWMutexExclusionUnderFaults(t *testing.T) {
 // re-watch after), cost it no request until the last, which hands over.
 // A reader that gives up while an older writer holds does not let it in.
 func TestRWMutexWriterBehindReaders(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	const n = 12
 	queued := func(want int) {
 		t.Helper()
-		etcdtest.WaitFor(t, wait, fmt.Sprintf("%d keys queued", want), func() bool { return len(rwKeys(t, c, "behind")) == want })
+		fencingtest.WaitFor(t, wait, fmt.Sprintf("%d keys queued", want), func() bool { return len(rwKeys(t, c, "behind")) == want })
 	}
 	first, err := newRWMutex(t, newSession(t, cli), "behind").Lock(ctx)
 	if err != nil {
@@ -259,7 +260,7 @@ func TestRWMutexWriterBehindReaders(t *testing.T) {
 	var ctr etcdtest.Counter
 	writer := goLock(ctx, newRWMutex(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr))), "behind").Lock)
 	queued(n + 3)
-	etcdtest.WaitFor(t, wait, "the writer's watch", func() bool { return ctr.Requests("Watch") > 0 })
+	fencingtest.WaitFor(t, wait, "the writer's watch", func() bool { return ctr.Requests("Watch") > 0 })
 	cancel()
 	if r := <-waiting[n]; !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("the reader that gave up: %v, %v", r.h, r.err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,7 +27,7 @@ func newSemaphore(t testing.TB, s *fencing.Session, name string, limit int) *fen
 
 func acquire(t testing.TB, m *fencing.Semaphore) *fencing.Hold {
 	t.Helper()
-	h, err := m.Acquire(etcdtest.Context(t, wait))
+	h, err := m.Acquire(fencingtest.Context(t, wait))
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -34,7 +35,7 @@ func acquire(t testing.TB, m *fencing.Semaphore) *fencing.Hold {
 }
 
 // semKeys lists the keys queued under a semaphore.
-func semKeys(t testing.TB, c *etcdtest.Cluster, name string) []string {
+func semKeys(t testing.TB, c *fencingtest.Cluster, name string) []string {
 	t.Helper()
 	p, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, name)
 	if err != nil {
@@ -85,15 +86,15 @@ func pending(t testing.TB, ch <-chan result, what string) {
 // processes' do); the next waiters are served first come, first served, one
 // per release, each with a greater token.
 func TestSemaphoreAdmitsLimitInOrder(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	m := newSemaphore(t, s, "jobs/migrations", 3)
 	held := []*fencing.Hold{acquire(t, m), acquire(t, m), acquire(t, m)}
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	fourth := goAcquire(ctx, m)
-	etcdtest.WaitFor(t, wait, "the fourth to queue", func() bool { return len(semKeys(t, c, "jobs/migrations")) == 4 })
+	fencingtest.WaitFor(t, wait, "the fourth to queue", func() bool { return len(semKeys(t, c, "jobs/migrations")) == 4 })
 	fifth := goAcquire(ctx, m)
-	etcdtest.WaitFor(t, wait, "the fifth to queue", func() bool { return len(semKeys(t, c, "jobs/migrations")) == 5 })
+	fencingtest.WaitFor(t, wait, "the fifth to queue", func() bool { return len(semKeys(t, c, "jobs/migrations")) == 5 })
 	pending(t, fourth, "the fourth Acquire")
 	pending(t, fifth, "the fifth Acquire")
 
@@ -125,15 +126,15 @@ func TestSemaphoreAdmitsLimitInOrder(t *testing.T) {
 // behind it: its key proves its permit, so guarded writes commit and its
 // context lasts until it lets go.
 func TestSemaphoreKeyProvesPermit(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
 	m := newSemaphore(t, newSession(t, cli), "permits", 2)
 	h1, h2 := acquire(t, m), acquire(t, m)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	var waiters []<-chan result
 	for i := range 3 {
 		waiters = append(waiters, goAcquire(ctx, newSemaphore(t, newSession(t, cli), "permits", 2)))
-		etcdtest.WaitFor(t, wait, "a waiter to queue", func() bool { return len(semKeys(t, c, "permits")) == 3+i })
+		fencingtest.WaitFor(t, wait, "a waiter to queue", func() bool { return len(semKeys(t, c, "permits")) == 3+i })
 	}
 	for _, h := range []*fencing.Hold{h1, h2} {
 		resp, err := cli.Txn(ctx).If(h.IsOwner()).Then(clientv3.OpPut("permits-data", h.Token().String())).Commit()
@@ -169,17 +170,17 @@ func TestSemaphoreKeyProvesPermit(t *testing.T) {
 // Two limits for one name: whoever queues behind a key of the other limit
 // is refused with ErrLimitMismatch and leaves no key.
 func TestSemaphoreLimitMismatch(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := acquire(t, newSemaphore(t, newSession(t, c.Client(t)), "limit", 2))
 	other := newSemaphore(t, newSession(t, c.Client(t)), "limit", 3)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	if _, err := other.Acquire(ctx); !errors.Is(err, fencing.ErrLimitMismatch) {
 		t.Errorf("Acquire with another limit: %v; want ErrLimitMismatch", err)
 	}
 	if _, err := other.TryAcquire(ctx); !errors.Is(err, fencing.ErrLimitMismatch) {
 		t.Errorf("TryAcquire with another limit: %v; want ErrLimitMismatch", err)
 	}
-	etcdtest.WaitFor(t, wait, "only the holder's key", func() bool { return len(semKeys(t, c, "limit")) == 1 })
+	fencingtest.WaitFor(t, wait, "only the holder's key", func() bool { return len(semKeys(t, c, "limit")) == 1 })
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -196,10 +197,10 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 // TryAcquire takes a free permit, refuses with ErrLocked (writing nothing)
 // when all are held, and takes one again once one is released.
 func TestSemaphoreTryAcquire(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var ctr etcdtest.Counter
 	m := newSemaphore(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr))), "try-sem", 2)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	h1, err := m.TryAcquire(ctx)
 	if err != nil {
 		t.Fatalf("TryAcquire on an empty semaphore: %v", err)
@@ -234,10 +235,10 @@ func TestSemaphoreTryAcquire(t *testing.T) {
 
 // Bad input gets a sentinel, writes nothing and never panics.
 func TestSemaphoreBadInput(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	var nilCtx context.Context
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	m := newSemaphore(t, s, "bad", 1)
 	h := acquire(t, m)
 	if err := h.Unlock(ctx); err != nil {
@@ -278,7 +279,7 @@ func TestSemaphoreNeverOverLimitUnderFaults(t *testing.T) {
 		workers = 6
 		name    = "faulty-sem"
 	)
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var log writeLog
 	took := underFaults(t, c, workers, &log, func(s *fencing.Session) (picker, error) {
 		m, err := fencing.NewSemaphore(s, name, limit)
@@ -294,5 +295,5 @@ func TestSemaphoreNeverOverLimitUnderFaults(t *testing.T) {
 		}
 		return nil
 	})
-	etcdtest.WaitFor(t, wait, "no key left", func() bool { return len(semKeys(t, c, name)) == 0 })
+	fencingtest.WaitFor(t, wait, "no key left", func() bool { return len(semKeys(t, c, name)) == 0 })
 }

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // noLeases fails t if any lease exists: a failed NewSession must leave none.
-func noLeases(t *testing.T, c *etcdtest.Cluster) {
+func noLeases(t *testing.T, c *fencingtest.Cluster) {
 	t.Helper()
-	resp, err := c.Admin.Leases(etcdtest.Context(t, wait))
+	resp, err := c.Admin.Leases(fencingtest.Context(t, wait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,12 +25,12 @@ func noLeases(t *testing.T, c *etcdtest.Cluster) {
 }
 
 func TestNewSessionRejectsBadInput(t *testing.T) {
-	c := etcdtest.Single(t)
-	closed := etcdtest.NewClient(t, c.Endpoints())
+	c := fencingtest.Single(t)
+	closed := fencingtest.NewClient(t, c.Endpoints())
 	closed.Close()
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	for _, tc := range []struct {
 		name string
 		run  func() error
@@ -62,7 +62,7 @@ func TestNewSessionRejectsBadInput(t *testing.T) {
 }
 
 func TestSessionUsesGrantedTTL(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	before := time.Now()
 	s := newSession(t, c.Admin, fencing.WithTTL(2500*time.Millisecond), fencing.WithSafetyMargin(time.Second))
 	if s.TTL() != 3*time.Second {
@@ -72,26 +72,26 @@ func TestSessionUsesGrantedTTL(t *testing.T) {
 	if limit := before.Add(2 * time.Second); s.ValidUntil().After(time.Now().Add(2*time.Second)) || !s.ValidUntil().After(before) {
 		t.Fatalf("ValidUntil() = %v; want within (%v, %v]", s.ValidUntil(), before, limit)
 	}
-	ttl, err := c.Admin.TimeToLive(etcdtest.Context(t, wait), s.Lease())
+	ttl, err := c.Admin.TimeToLive(fencingtest.Context(t, wait), s.Lease())
 	if err != nil || ttl.GrantedTTL != 3 {
 		t.Fatalf("server lease: %+v, %v; want granted TTL 3", ttl, err)
 	}
 }
 
 func TestSessionRenews(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Admin, fencing.WithTTL(2*time.Second))
 	first := s.ValidUntil()
-	etcdtest.WaitFor(t, wait, "a renewal to extend ValidUntil", func() bool { return s.ValidUntil().After(first) })
+	fencingtest.WaitFor(t, wait, "a renewal to extend ValidUntil", func() bool { return s.ValidUntil().After(first) })
 	// Renewed past the first deadline: the session outlived its first TTL.
-	etcdtest.WaitFor(t, wait, "the first deadline to pass", func() bool { return time.Now().After(first.Add(time.Second)) })
+	fencingtest.WaitFor(t, wait, "the first deadline to pass", func() bool { return time.Now().After(first.Add(time.Second)) })
 	if err := s.Err(); err != nil {
 		t.Fatalf("session ended while renewing: %v", err)
 	}
 }
 
 func TestSessionEndsWhenLeaseRevoked(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second))
 	c.Revoke(t, s.Lease())
 	select {
@@ -108,10 +108,10 @@ func TestSessionEndsWhenLeaseRevoked(t *testing.T) {
 }
 
 func TestSessionCloseReleasesHolds(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	h := lock(t, newMutex(t, s, "close"))
-	if err := s.Close(etcdtest.Context(t, wait)); err != nil {
+	if err := s.Close(fencingtest.Context(t, wait)); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if err := s.Err(); !errors.Is(err, fencing.ErrSessionClosed) {
@@ -120,20 +120,20 @@ func TestSessionCloseReleasesHolds(t *testing.T) {
 	if c.Exists(t, h.Key()) {
 		t.Fatal("hold's key outlived Close")
 	}
-	if err := s.Close(etcdtest.Context(t, wait)); err != nil {
+	if err := s.Close(fencingtest.Context(t, wait)); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := newMutex(t, s, "close").Lock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrSessionExpired) {
+	if _, err := newMutex(t, s, "close").Lock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrSessionExpired) {
 		t.Fatalf("Lock on closed session: %v; want ErrSessionExpired", err)
 	}
-	if err := h.Unlock(etcdtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
+	if err := h.Unlock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Fatalf("Unlock after Close: %v; want ErrNotHeld", err)
 	}
 }
 
 func TestSessionEndsWhenClientCloses(t *testing.T) {
-	c := etcdtest.Single(t)
-	cli := etcdtest.NewClient(t, c.Endpoints())
+	c := fencingtest.Single(t)
+	cli := fencingtest.NewClient(t, c.Endpoints())
 	s := newSession(t, cli)
 	cli.Close()
 	select {
@@ -150,18 +150,18 @@ func TestSessionEndsWhenClientCloses(t *testing.T) {
 // the server expires the lease and another client sees the key deleted. The
 // trials run side by side, each with its own client and link.
 func TestBlackholedSessionEndsBeforeServerDeletes(t *testing.T) {
-	fencingtest.BlackholeTrials(t, etcdtest.Single(t), 20, 2*time.Second, "blackhole",
-		func(s *fencing.Session, _ *fencing.Hold, link *etcdtest.Link, deletion <-chan time.Time) func() error {
+	etcdtest.BlackholeTrials(t, fencingtest.Single(t), 20, 2*time.Second, "blackhole",
+		func(s *fencing.Session, _ *fencing.Hold, link *fencingtest.Link, deletion <-chan time.Time) func() error {
 			return func() error { return partitionTrial(s, link, deletion) }
 		})
 }
 
 // partitionTrial blackholes the session's link and checks that the session
 // stopped vouching before the server deleted its key.
-func partitionTrial(s *fencing.Session, link *etcdtest.Link, deletion <-chan time.Time) error {
+func partitionTrial(s *fencing.Session, link *fencingtest.Link, deletion <-chan time.Time) error {
 	link.Blackhole()
 	atCut := s.ValidUntil()
-	deletedAt, err := etcdtest.StoppedBefore(s.Done(), deletion)
+	deletedAt, err := fencingtest.StoppedBefore(s.Done(), deletion)
 	if err != nil {
 		return fmt.Errorf("lease %x (ValidUntil at cut %v): %w", s.Lease(), atCut, err)
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -19,7 +19,7 @@ type waitShape struct {
 	name  string
 	kind  fencing.Kind
 	queue string
-	ahead func(t *testing.T, c *etcdtest.Cluster, s *fencing.Session) []*fencing.Hold
+	ahead func(t *testing.T, c *fencingtest.Cluster, s *fencing.Session) []*fencing.Hold
 	call  func(t *testing.T, s *fencing.Session) func(context.Context) (*fencing.Hold, error)
 }
 
@@ -28,7 +28,7 @@ type waitShape struct {
 // a writer behind readers (watching them all), a reader behind a writer.
 var waitShapes = []waitShape{
 	{"first waiter", fencing.KindSemaphore, "wait-first",
-		func(t *testing.T, _ *etcdtest.Cluster, s *fencing.Session) []*fencing.Hold {
+		func(t *testing.T, _ *fencingtest.Cluster, s *fencing.Session) []*fencing.Hold {
 			m := newSemaphore(t, s, "wait-first", 2)
 			return []*fencing.Hold{acquire(t, m), acquire(t, m)}
 		},
@@ -36,11 +36,11 @@ var waitShapes = []waitShape{
 			return newSemaphore(t, s, "wait-first", 2).Acquire
 		}},
 	{"later waiter", fencing.KindSemaphore, "wait-later",
-		func(t *testing.T, c *etcdtest.Cluster, s *fencing.Session) []*fencing.Hold {
+		func(t *testing.T, c *fencingtest.Cluster, s *fencing.Session) []*fencing.Hold {
 			m := newSemaphore(t, s, "wait-later", 2)
 			held := []*fencing.Hold{acquire(t, m), acquire(t, m)}
-			first := goAcquire(etcdtest.Context(t, wait), m)
-			etcdtest.WaitFor(t, wait, "the first waiter to queue", func() bool { return len(semKeys(t, c, "wait-later")) == 3 })
+			first := goAcquire(fencingtest.Context(t, wait), m)
+			fencingtest.WaitFor(t, wait, "the first waiter to queue", func() bool { return len(semKeys(t, c, "wait-later")) == 3 })
 			t.Cleanup(func() { // admitted once the holds ahead go
 				if r := <-first; r.err == nil {
 					r.h.Unlock(context.Background())
@@ -52,11 +52,11 @@ var waitShapes = []waitShape{
 			return newSemaphore(t, s, "wait-later", 2).Acquire
 		}},
 	{"writer behind readers", fencing.KindRWLock, "wait-writer",
-		func(t *testing.T, _ *etcdtest.Cluster, s *fencing.Session) []*fencing.Hold {
+		func(t *testing.T, _ *fencingtest.Cluster, s *fencing.Session) []*fencing.Hold {
 			m := newRWMutex(t, s, "wait-writer")
 			var held []*fencing.Hold
 			for range 2 {
-				r, err := m.RLock(etcdtest.Context(t, wait))
+				r, err := m.RLock(fencingtest.Context(t, wait))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -68,8 +68,8 @@ var waitShapes = []waitShape{
 			return newRWMutex(t, s, "wait-writer").Lock
 		}},
 	{"reader behind a writer", fencing.KindRWLock, "wait-reader",
-		func(t *testing.T, _ *etcdtest.Cluster, s *fencing.Session) []*fencing.Hold {
-			w, err := newRWMutex(t, s, "wait-reader").Lock(etcdtest.Context(t, wait))
+		func(t *testing.T, _ *fencingtest.Cluster, s *fencing.Session) []*fencing.Hold {
+			w, err := newRWMutex(t, s, "wait-reader").Lock(fencingtest.Context(t, wait))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +80,7 @@ var waitShapes = []waitShape{
 		}},
 }
 
-func (w waitShape) keys(t *testing.T, c *etcdtest.Cluster) []string {
+func (w waitShape) keys(t *testing.T, c *fencingtest.Cluster) []string {
 	t.Helper()
 	p, err := inspect.KeyPrefix(fencing.DefaultRoot, w.kind, w.queue)
 	if err != nil {
@@ -98,20 +98,20 @@ type waiting struct {
 }
 
 // start queues the shape's call, on a session of its own made with opts.
-func (w waitShape) start(t *testing.T, c *etcdtest.Cluster, ctx context.Context, opts ...fencing.SessionOption) waiting {
+func (w waitShape) start(t *testing.T, c *fencingtest.Cluster, ctx context.Context, opts ...fencing.SessionOption) waiting {
 	t.Helper()
 	return w.startOn(t, c, c.Client(t), ctx, opts...)
 }
 
 // startOn is start with the call's session on cli.
-func (w waitShape) startOn(t *testing.T, c *etcdtest.Cluster, cli *clientv3.Client, ctx context.Context, opts ...fencing.SessionOption) waiting {
+func (w waitShape) startOn(t *testing.T, c *fencingtest.Cluster, cli *clientv3.Client, ctx context.Context, opts ...fencing.SessionOption) waiting {
 	t.Helper()
 	held := w.ahead(t, c, newSession(t, c.Client(t)))
 	before := w.keys(t, c)
 	s := newSession(t, cli, opts...)
 	done := goLock(ctx, w.call(t, s))
 	var key string
-	etcdtest.WaitFor(t, wait, "the call to queue", func() bool {
+	fencingtest.WaitFor(t, wait, "the call to queue", func() bool {
 		for _, k := range w.keys(t, c) {
 			if !slices.Contains(before, k) {
 				key = k
@@ -142,7 +142,7 @@ func (wt waiting) result(t *testing.T) error {
 func (wt waiting) release(t *testing.T) {
 	t.Helper()
 	for _, h := range wt.held {
-		if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+		if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,19 +154,19 @@ func (wt waiting) release(t *testing.T) {
 func TestSharedWaitsFail(t *testing.T) {
 	for _, w := range waitShapes {
 		t.Run(w.name+"/cancelled", func(t *testing.T) {
-			c := etcdtest.Single(t)
+			c := fencingtest.Single(t)
 			ctx, cancel := context.WithCancel(t.Context())
 			wt := w.start(t, c, ctx)
 			cancel()
 			if err := wt.result(t); !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled: %v; want context.Canceled", err)
 			}
-			etcdtest.WaitFor(t, wait, "the call's key removed", func() bool { return !c.Exists(t, wt.key) })
+			fencingtest.WaitFor(t, wait, "the call's key removed", func() bool { return !c.Exists(t, wt.key) })
 			wt.release(t)
 		})
 		t.Run(w.name+"/lease revoked", func(t *testing.T) {
-			c := etcdtest.Single(t)
-			wt := w.start(t, c, etcdtest.Context(t, wait), fencing.WithTTL(2*time.Second))
+			c := fencingtest.Single(t)
+			wt := w.start(t, c, fencingtest.Context(t, wait), fencing.WithTTL(2*time.Second))
 			c.Revoke(t, wt.s.Lease())
 			if err := wt.result(t); !errors.Is(err, fencing.ErrSessionExpired) || !errors.Is(err, fencing.ErrLeaseExpired) {
 				t.Fatalf("revoked: %v; want ErrSessionExpired wrapping ErrLeaseExpired", err)
@@ -174,8 +174,8 @@ func TestSharedWaitsFail(t *testing.T) {
 			wt.release(t)
 		})
 		t.Run(w.name+"/key deleted", func(t *testing.T) {
-			c := etcdtest.Single(t)
-			wt := w.start(t, c, etcdtest.Context(t, wait))
+			c := fencingtest.Single(t)
+			wt := w.start(t, c, fencingtest.Context(t, wait))
 			c.Delete(t, wt.key)
 			wt.release(t) // its turn comes: it finds its key gone
 			if err := wt.result(t); !errors.Is(err, fencing.ErrKeyDeleted) {
@@ -183,11 +183,11 @@ func TestSharedWaitsFail(t *testing.T) {
 			}
 		})
 		t.Run(w.name+"/closed client", func(t *testing.T) {
-			c := etcdtest.Single(t)
-			cli := etcdtest.NewClient(t, c.Endpoints())
+			c := fencingtest.Single(t)
+			cli := fencingtest.NewClient(t, c.Endpoints())
 			call := w.call(t, newSession(t, cli))
 			cli.Close()
-			if _, err := call(etcdtest.Context(t, wait)); err == nil {
+			if _, err := call(fencingtest.Context(t, wait)); err == nil {
 				t.Fatal("a call on a closed client succeeded")
 			}
 			if keys := w.keys(t, c); len(keys) != 0 {

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -16,7 +16,7 @@ import (
 // (one flat txn) and the IsOwner txn of etcd's concurrency package, with 1
 // and 16 concurrent writers on one client.
 func BenchmarkWrite(b *testing.B) {
-	c := etcdtest.Single(b)
+	c := fencingtest.Single(b)
 	cli := c.Client(b)
 	ctx := context.Background()
 	s := newSession(b, cli)

@@ -4,15 +4,15 @@ import (
 	"context"
 	"testing"
 
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // Every error guard returns names the package once, first.
 func TestErrorsNamePackageOnce(t *testing.T) {
-	c := etcdtest.Single(t)
-	ctx := etcdtest.Context(t, wait)
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, wait)
 	s := newSession(t, c.Client(t))
 	released := lock(t, s, "errtext")
 	if err := released.Unlock(ctx); err != nil {
@@ -27,6 +27,6 @@ func TestErrorsNamePackageOnce(t *testing.T) {
 		"Put(cancelled)":   func() error { _, err := guard.Put(cancelled, h, "k", "v"); return err },
 	}
 	for name, call := range errs {
-		t.Run(name, func(t *testing.T) { fencingtest.NamesPackageOnce(t, "guard", call()) })
+		t.Run(name, func(t *testing.T) { etcdtest.NamesPackageOnce(t, "guard", call()) })
 	}
 }

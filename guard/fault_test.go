@@ -7,21 +7,21 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // S3: a blackholed holder's watched context is cancelled strictly before
 // another client sees its key deleted, in every trial. The trials run side
 // by side, each with its own client, link and session.
 func TestBlackholedHolderStopsBeforeServerDeletes(t *testing.T) {
-	fencingtest.BlackholeTrials(t, etcdtest.Single(t), 20, 3*time.Second, "blackhole",
-		func(_ *fencing.Session, h *fencing.Hold, link *etcdtest.Link, deletion <-chan time.Time) func() error {
+	etcdtest.BlackholeTrials(t, fencingtest.Single(t), 20, 3*time.Second, "blackhole",
+		func(_ *fencing.Session, h *fencing.Hold, link *fencingtest.Link, deletion <-chan time.Time) func() error {
 			work := watch(t, h)
 			return func() error {
 				link.Blackhole()
-				return fencingtest.StoppedBeforeDeletion(h, work, deletion)
+				return etcdtest.StoppedBeforeDeletion(h, work, deletion)
 			}
 		})
 }
@@ -30,8 +30,8 @@ func TestBlackholedHolderStopsBeforeServerDeletes(t *testing.T) {
 // another process; once resumed, its guarded write fails with ErrNotOwner and
 // the new holder's write stands.
 func TestPausedHolderWriteIsFenced(t *testing.T) {
-	c := etcdtest.Single(t)
-	p := etcdtest.StartHelper(t, "holder", c.Endpoints()[0], "paused", "2s")
+	c := fencingtest.Single(t)
+	p := fencingtest.StartHelper(t, "holder", c.Endpoints()[0], "paused", "2s")
 	old, err := fencing.ParseToken(p.Expect(t, wait, "locked"))
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestPausedHolderWriteIsFenced(t *testing.T) {
 	if h.Token().Compare(old) <= 0 {
 		t.Fatalf("new token %v not greater than paused holder's %v", h.Token(), old)
 	}
-	if _, err := guard.Put(etcdtest.Context(t, wait), h, "owner", "new"); err != nil {
+	if _, err := guard.Put(fencingtest.Context(t, wait), h, "owner", "new"); err != nil {
 		t.Fatal(err)
 	}
 	p.Cont(t)
@@ -63,9 +63,9 @@ func TestPausedHolderWriteIsFenced(t *testing.T) {
 // vanish, so the new watch is never created. The context must still end,
 // with the lease's cause, when the session stops vouching.
 func TestRearmingWatchEndsWithSession(t *testing.T) {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	link := c.NewLinkTo(t, 0)
-	cli := etcdtest.NewClient(t, link.Endpoints())
+	cli := fencingtest.NewClient(t, link.Endpoints())
 	s := newSession(t, cli, fencing.WithTTL(3*time.Second))
 	work := watch(t, lock(t, s, "rearm"))
 	link.BlackholeRequests()
@@ -73,7 +73,7 @@ func TestRearmingWatchEndsWithSession(t *testing.T) {
 	c.Stop(2)
 	t.Cleanup(func() { link.Restore(); c.Restart(t, 1); c.Restart(t, 2) })
 	<-s.Done()
-	etcdtest.WaitFor(t, wait, "the watched context to end with the session", func() bool { return work.Err() != nil })
+	fencingtest.WaitFor(t, wait, "the watched context to end with the session", func() bool { return work.Err() != nil })
 	if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
 		t.Fatalf("cause = %v; want ErrLeaseUnconfirmed", cause)
 	}
@@ -82,7 +82,7 @@ func TestRearmingWatchEndsWithSession(t *testing.T) {
 // A hold's Context asked for during a partition returns once the session
 // stops vouching, already done; Unlock does not wait for it.
 func TestHoldContextDuringPartition(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	s := newSession(t, cli, fencing.WithTTL(2*time.Second))
 	t.Cleanup(link.Restore)

@@ -8,26 +8,26 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // S2, S4: an operator deletes the key: the watched context ends with
 // fencing.ErrKeyDeleted and the next guarded txn fails with ErrNotOwner.
 func TestKeyDeletedCancelsAndFencesWrites(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := lock(t, newSession(t, c.Client(t)), "deleted")
 	ctx := watch(t, h)
-	if _, err := guard.Put(etcdtest.Context(t, wait), h, "data", "1"); err != nil {
+	if _, err := guard.Put(fencingtest.Context(t, wait), h, "data", "1"); err != nil {
 		t.Fatalf("guarded Put while owner: %v", err)
 	}
 	c.Delete(t, h.Key())
-	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrKeyDeleted) || errors.Is(cause, fencing.ErrLeaseExpired) {
+	if cause := fencingtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrKeyDeleted) || errors.Is(cause, fencing.ErrLeaseExpired) {
 		t.Fatalf("cause = %v; want fencing.ErrKeyDeleted alone", cause)
 	}
-	if _, err := guard.Put(etcdtest.Context(t, wait), h, "data", "2"); !errors.Is(err, guard.ErrNotOwner) {
+	if _, err := guard.Put(fencingtest.Context(t, wait), h, "data", "2"); !errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("guarded Put after delete: %v; want ErrNotOwner", err)
 	}
 	if got := get(t, c, "data"); got != "1" {
@@ -37,31 +37,31 @@ func TestKeyDeletedCancelsAndFencesWrites(t *testing.T) {
 
 // S4: the lease is revoked: the cause says so.
 func TestLeaseRevokedCancelsWithItsCause(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	h := lock(t, s, "revoked")
 	ctx := watch(t, h)
 	c.Revoke(t, s.Lease())
-	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrLeaseExpired) {
+	if cause := fencingtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrLeaseExpired) {
 		t.Fatalf("cause = %v; want ErrLeaseExpired", cause)
 	}
-	if _, err := guard.Txn(etcdtest.Context(t, wait), h).Then(clientv3.OpPut("data", "x")).Commit(); !errors.Is(err, guard.ErrNotOwner) {
+	if _, err := guard.Txn(fencingtest.Context(t, wait), h).Then(clientv3.OpPut("data", "x")).Commit(); !errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("guarded txn after revoke: %v; want ErrNotOwner", err)
 	}
 }
 
 func TestSessionCloseCancels(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	ctx := watch(t, lock(t, s, "closed"))
-	s.Close(etcdtest.Context(t, wait))
-	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrSessionClosed) {
+	s.Close(fencingtest.Context(t, wait))
+	if cause := fencingtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrSessionClosed) {
 		t.Fatalf("cause = %v; want ErrSessionClosed", cause)
 	}
 }
 
 func TestParentCauseWins(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := lock(t, newSession(t, c.Client(t)), "parent")
 	parent, stop := context.WithCancelCause(t.Context())
 	ctx, cancel := guard.Watch(parent, h)
@@ -69,14 +69,14 @@ func TestParentCauseWins(t *testing.T) {
 	mine := errors.New("shutting down")
 	stop(mine)
 	c.Delete(t, h.Key())
-	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); cause != mine {
+	if cause := fencingtest.Ended(t, ctx, wait, "the watched context"); cause != mine {
 		t.Fatalf("cause = %v; want the parent's", cause)
 	}
 }
 
 // A watch of an ownership already lost returns a context already done.
 func TestWatchOfLostOwnerIsDone(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := lock(t, newSession(t, c.Client(t)), "lost")
 	c.Delete(t, h.Key())
 	ctx := watch(t, h)
@@ -91,11 +91,11 @@ func TestWatchOfLostOwnerIsDone(t *testing.T) {
 // A guarded txn that finds ownership gone cancels the owner's watches at
 // once, before the watch event could.
 func TestFailedGuardedTxnCancelsWatches(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := lock(t, newSession(t, c.Client(t)), "txn-proves-loss")
 	ctx := watch(t, h)
 	c.Delete(t, h.Key())
-	if _, err := guard.Delete(etcdtest.Context(t, wait), h, "data"); !errors.Is(err, guard.ErrNotOwner) {
+	if _, err := guard.Delete(fencingtest.Context(t, wait), h, "data"); !errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("guarded Delete: %v; want ErrNotOwner", err)
 	}
 	if ctx.Err() == nil {
@@ -105,9 +105,9 @@ func TestFailedGuardedTxnCancelsWatches(t *testing.T) {
 
 // S2: the caller's own compares are told apart from ownership.
 func TestUserCompareFalseTakesElse(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := lock(t, newSession(t, c.Client(t)), "compare")
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	resp, err := guard.Txn(ctx, h).
 		If(clientv3.Compare(clientv3.Value("flag"), "=", "set")).
 		Then(clientv3.OpPut("branch", "then")).
@@ -136,16 +136,16 @@ func TestUserCompareFalseTakesElse(t *testing.T) {
 }
 
 func TestHoldContextEndsOnUnlock(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := lock(t, newSession(t, c.Client(t)), "hold-context")
 	ctx := h.Context()
 	if ctx != h.Context() {
 		t.Fatal("Context() made a second watch")
 	}
-	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrNotHeld) {
+	if cause := fencingtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrNotHeld) {
 		t.Fatalf("cause = %v; want ErrNotHeld", cause)
 	}
 	if cause := context.Cause(h.Context()); !errors.Is(cause, fencing.ErrNotHeld) {
@@ -156,19 +156,19 @@ func TestHoldContextEndsOnUnlock(t *testing.T) {
 // S9: compaction and a reconnect while holding do not end a valid hold, and
 // the re-armed watch still sees a later deletion.
 func TestCompactionAndReconnectKeepValidHold(t *testing.T) {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	var ctr etcdtest.Counter
-	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
+	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
 	h := lock(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact")
 	ctx := watch(t, h)
 	watches := ctr.Requests("Watch")
 	c.CompactWhileDown(t, 0, func() {})
-	etcdtest.WaitFor(t, wait, "the watch to be re-armed", func() bool { return ctr.Requests("Watch") > watches+1 })
+	fencingtest.WaitFor(t, wait, "the watch to be re-armed", func() bool { return ctr.Requests("Watch") > watches+1 })
 	if err := context.Cause(ctx); err != nil {
 		t.Fatalf("valid hold's context ended: %v", err)
 	}
 	c.Delete(t, h.Key())
-	if cause := etcdtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrKeyDeleted) {
+	if cause := fencingtest.Ended(t, ctx, wait, "the watched context"); !errors.Is(cause, fencing.ErrKeyDeleted) {
 		t.Fatalf("cause = %v; want fencing.ErrKeyDeleted", cause)
 	}
 }
@@ -176,13 +176,13 @@ func TestCompactionAndReconnectKeepValidHold(t *testing.T) {
 // Many watched holds share one session's keepalive and one watch stream.
 func TestManyWatchedHoldsShareOneKeepaliveAndStream(t *testing.T) {
 	const holds = 1000
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var ctr etcdtest.Counter
 	s := newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)), fencing.WithTTL(3*time.Second))
 	ctxs := make([]context.Context, holds)
 	for i := range holds {
 		m, _ := fencing.NewMutex(s, fmt.Sprintf("many/%d", i))
-		h, err := m.TryLock(etcdtest.Context(t, wait))
+		h, err := m.TryLock(fencingtest.Context(t, wait))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func TestManyWatchedHoldsShareOneKeepaliveAndStream(t *testing.T) {
 	kas := ctr.Requests("LeaseKeepAlive")
 	for range 2 {
 		until := s.ValidUntil()
-		etcdtest.WaitFor(t, wait, "a renewal", func() bool { return s.ValidUntil().After(until) })
+		fencingtest.WaitFor(t, wait, "a renewal", func() bool { return s.ValidUntil().After(until) })
 	}
 	if got := ctr.Requests("LeaseKeepAlive") - kas; got > 3 {
 		t.Fatalf("%d keepalive requests over two renewals with %d holds; want about 2", got, holds)
@@ -209,9 +209,9 @@ func TestManyWatchedHoldsShareOneKeepaliveAndStream(t *testing.T) {
 
 // Do reports the loss along with the error of work that stopped for it.
 func TestDoJoinsLossCause(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	h := lock(t, newSession(t, c.Client(t)), "do")
-	err := guard.Do(etcdtest.Context(t, wait), h, func(ctx context.Context) error {
+	err := guard.Do(fencingtest.Context(t, wait), h, func(ctx context.Context) error {
 		c.Delete(t, h.Key())
 		<-ctx.Done()
 		return ctx.Err()
@@ -224,12 +224,12 @@ func TestDoJoinsLossCause(t *testing.T) {
 // A guarded txn that finds the key gone reports the rejection and the
 // hold's loss, each once, though nothing watched the hold.
 func TestTxnReportsRejectionAndLoss(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var rec fencingtest.Recorder
 	s := newSession(t, c.Client(t), fencing.WithObserver(rec.Observer()))
 	h := lock(t, s, "reported")
 	c.Delete(t, h.Key())
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	for range 2 {
 		if _, err := guard.Put(ctx, h, "reported-data", "x"); !errors.Is(err, guard.ErrNotOwner) {
 			t.Fatalf("Put after the key was deleted: %v; want ErrNotOwner", err)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
 func probe(h *guard.Health) int {
@@ -23,7 +23,7 @@ func probe(h *guard.Health) int {
 // fails its probe for as long as its work goes on, and recovers when the work
 // stops acting on the hold.
 func TestHealthFlipsWhenHolderIsBlackholed(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	s := newSession(t, cli, fencing.WithTTL(2*time.Second))
 	t.Cleanup(link.Restore)
@@ -37,7 +37,7 @@ func TestHealthFlipsWhenHolderIsBlackholed(t *testing.T) {
 		t.Fatalf("Check while holding: %v", err)
 	}
 	link.Blackhole()
-	etcdtest.WaitFor(t, wait, "the probe to fail", func() bool { return probe(&h) == http.StatusServiceUnavailable })
+	fencingtest.WaitFor(t, wait, "the probe to fail", func() bool { return probe(&h) == http.StatusServiceUnavailable })
 	if err := h.Check(); !errors.Is(err, guard.ErrOverdue) {
 		t.Fatalf("Check past ValidUntil: %v; want ErrOverdue", err)
 	}
@@ -54,7 +54,7 @@ func TestHealthFlipsWhenHolderIsBlackholed(t *testing.T) {
 // A hold whose key is deleted while its session lives on has ended too: the
 // probe fails once Grace has passed since its context ended.
 func TestHealthFlipsWhenKeyIsDeleted(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	hold := lock(t, s, "health-deleted")
 	patient := guard.Health{Grace: time.Hour}
@@ -62,7 +62,7 @@ func TestHealthFlipsWhenKeyIsDeleted(t *testing.T) {
 	doneStrict := strict.Track(hold.Context(), hold)
 	donePatient := patient.Track(hold.Context(), hold)
 	c.Delete(t, hold.Key())
-	etcdtest.WaitFor(t, wait, "the probe to fail", func() bool { return errors.Is(strict.Check(), guard.ErrOverdue) })
+	fencingtest.WaitFor(t, wait, "the probe to fail", func() bool { return errors.Is(strict.Check(), guard.ErrOverdue) })
 	if err := patient.Check(); err != nil {
 		t.Fatalf("Check within Grace: %v", err)
 	}
@@ -75,7 +75,7 @@ func TestHealthFlipsWhenKeyIsDeleted(t *testing.T) {
 
 // Nil input tracks what it can and never panics.
 func TestHealthTrackNilInput(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	hold := lock(t, newSession(t, c.Client(t)), "health-nil")
 	var h guard.Health
 	h.Track(context.Background(), nil)()
@@ -102,7 +102,7 @@ func (o reentrantOwner) Token() fencing.Token {
 // Check asks a tracked Owner for its session and token with no lock of its
 // own held: an Owner that calls back into the Health does not deadlock.
 func TestHealthAsksOwnersOutsideItsLock(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	hold := lock(t, newSession(t, c.Client(t)), "health-reentrant")
 	var h guard.Health
 	ended, cancel := context.WithCancel(context.Background())

@@ -11,16 +11,16 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
 func TestMain(m *testing.M) {
-	etcdtest.RegisterHelper("holder", holder)
-	etcdtest.Main(m)
+	fencingtest.RegisterHelper("holder", holder)
+	fencingtest.Main(m)
 }
 
 // holder locks a name and prints "locked <token>", then for each stdin line
@@ -83,9 +83,9 @@ func watch(t testing.TB, o guard.Owner) context.Context {
 	return ctx
 }
 
-func get(t testing.TB, c *etcdtest.Cluster, key string) string {
+func get(t testing.TB, c *fencingtest.Cluster, key string) string {
 	t.Helper()
-	resp, err := c.Admin.Get(etcdtest.Context(t, wait), key)
+	resp, err := c.Admin.Get(fencingtest.Context(t, wait), key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // foreignOwner is an Owner whose session NewSession did not make.
@@ -22,8 +22,8 @@ func (o foreignOwner) Session() *fencing.Session { return o.s }
 // a real session, return fencing.ErrInvalidArgument, never panic, and write
 // nothing.
 func TestNilAndZeroInputs(t *testing.T) {
-	c := etcdtest.Single(t)
-	ctx := etcdtest.Context(t, wait)
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, wait)
 	h := lock(t, newSession(t, c.Client(t)), "nil-inputs")
 	var nilCtx context.Context
 	noop := func(context.Context) error { return nil }
@@ -47,7 +47,7 @@ func TestNilAndZeroInputs(t *testing.T) {
 			if !errors.Is(err, fencing.ErrInvalidArgument) {
 				t.Errorf("got %v, want ErrInvalidArgument", err)
 			}
-			fencingtest.NamesPackageOnce(t, "guard", err)
+			etcdtest.NamesPackageOnce(t, "guard", err)
 		})
 	}
 	var health guard.Health

@@ -5,35 +5,35 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
 // A guarded txn is sent once. When its reply is lost, the error says the
 // outcome is unknown (and here the write was applied); when etcd refused it,
 // the error is definite (nothing applied); neither is ErrNotOwner.
 func TestGuardedTxnTellsUnknownOutcome(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	var sent atomic.Int32
 	var fault atomic.Int32
-	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
-		if !etcdtest.PutsUnder(req, "outcome/") {
-			return etcdtest.Pass
+	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+		if !fencingtest.PutsUnder(req, "outcome/") {
+			return fencingtest.Pass
 		}
 		sent.Add(1)
-		return etcdtest.Fault(fault.Load())
+		return fencingtest.Fault(fault.Load())
 	}}
 	h := lock(t, newSession(t, c.Client(t, r.Option())), "outcome")
-	fault.Store(int32(etcdtest.LoseReply))
-	_, err := guard.Put(etcdtest.Context(t, wait), h, "outcome/a", "1")
+	fault.Store(int32(fencingtest.LoseReply))
+	_, err := guard.Put(fencingtest.Context(t, wait), h, "outcome/a", "1")
 	if !errors.Is(err, guard.ErrOutcomeUnknown) || errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("Put with its reply lost: %v; want ErrOutcomeUnknown", err)
 	}
 	if got := get(t, c, "outcome/a"); got != "1" {
 		t.Fatalf("the lost-reply put was applied, but the key holds %q", got)
 	}
-	fault.Store(int32(etcdtest.Refuse))
-	_, err = guard.Put(etcdtest.Context(t, wait), h, "outcome/b", "1")
+	fault.Store(int32(fencingtest.Refuse))
+	_, err = guard.Put(fencingtest.Context(t, wait), h, "outcome/b", "1")
 	if err == nil || errors.Is(err, guard.ErrOutcomeUnknown) || errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("Put refused by etcd: %v; want a definite error", err)
 	}
@@ -43,7 +43,7 @@ func TestGuardedTxnTellsUnknownOutcome(t *testing.T) {
 	if n := sent.Load(); n != 2 {
 		t.Fatalf("%d guarded puts sent; want each sent once, 2", n)
 	}
-	if err := h.Unlock(etcdtest.Context(t, wait)); err != nil {
+	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 		t.Fatal(err)
 	}
 }

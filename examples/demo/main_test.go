@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/pgtest"
 )
 
@@ -50,7 +50,7 @@ func TestDemoEmbedded(t *testing.T) {
 // writes only under its own prefix and leaves no key behind; other keys,
 // even where the demo used to write, are left alone.
 func TestDemoOnTLSClusterLeavesNoKeys(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	for _, k := range []string{"demo/counter", "leasehold-demo/other-run/counter"} {
 		if _, err := c.Admin.Put(t.Context(), k, "7"); err != nil {
 			t.Fatal(err)
@@ -68,10 +68,10 @@ func TestDemoOnTLSClusterLeavesNoKeys(t *testing.T) {
 // Interrupted mid-story, the demo still stops its workers and deletes its
 // keys, and exits 1.
 func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	args := []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key, "--workers", "2"}
 	p := progtest.Start(t, noEtcdctlEnv, args...)
-	etcdtest.WaitFor(t, hang, "a worker to lead", func() bool { return strings.Contains(p.Stdout(), "leads with token") })
+	fencingtest.WaitFor(t, hang, "a worker to lead", func() bool { return strings.Contains(p.Stdout(), "leads with token") })
 	p.Signal(t, syscall.SIGINT)
 	if code := p.Wait(t, hang); code != 1 || !strings.Contains(p.Stderr(), "interrupted") {
 		t.Fatalf("exit %d (want 1); stderr:\n%s", code, p.Stderr())
@@ -84,7 +84,7 @@ func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
 // A wrong CA or nothing listening fails within the dial timeout, naming the
 // endpoint; --help exits 0; a bad command line exits 2.
 func TestDemoFailsClearly(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	progtest.CheckConnectFailures(t, c, time.Minute, noEtcdctlEnv)
 	if code, _, stderr := progtest.Run(t, time.Minute, noEtcdctlEnv, "--help"); code != 0 || !strings.Contains(stderr, "usage: demo") {
 		t.Fatalf("--help: exit %d\n%s", code, stderr)
@@ -152,8 +152,8 @@ func TestDemoLedgerOnPostgreSQL(t *testing.T) {
 // A ledger database that does not answer fails the demo within its bound,
 // saying which, with no key left in etcd.
 func TestDemoUnreachableLedger(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
-	addr, err := etcdtest.FreeAddr() // nothing listens there
+	c := fencingtest.SingleTLS(t)
+	addr, err := fencingtest.FreeAddr() // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 func TestMain(m *testing.M) { progtest.Main(m, main) }
@@ -24,11 +23,11 @@ const hang = 30 * time.Second
 func guarded(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(etcdtest.Context(t, hang), args, &out, &errOut)
+	code = run(fencingtest.Context(t, hang), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
-func balances(t *testing.T, c *etcdtest.Cluster) string {
+func balances(t *testing.T, c *fencingtest.Cluster) string {
 	t.Helper()
 	var parts []string
 	for _, a := range []string{"alice", "bob"} {
@@ -42,7 +41,7 @@ func balances(t *testing.T, c *etcdtest.Cluster) string {
 }
 
 func TestTransfer(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	ep := c.Endpoints()[0]
 	code, out, stderr := guarded(t, "--endpoints", ep, "--seed", "100", "--amount", "30")
 	if code != 0 || !strings.Contains(out, "moved 30 from alice to bob") {
@@ -65,7 +64,7 @@ func TestTransfer(t *testing.T) {
 
 // A holder that lost its lock writes nothing.
 func TestTransferAfterLockLostWritesNothing(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	b := &bank{cli: c.Client(t), timeout: hang, log: slog.New(slog.DiscardHandler)}
 	if err := b.seed(t.Context(), 100, "alice", "bob"); err != nil {
 		t.Fatal(err)
@@ -84,7 +83,7 @@ func TestTransferAfterLockLostWritesNothing(t *testing.T) {
 // A lock held elsewhere for longer than --timeout fails the step that waits
 // for it, by name, instead of hanging.
 func TestLockWaitIsBounded(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	fencingtest.Lock(t, fencingtest.Session(t, c.Client(t)), "accounts")
 	code, out, stderr := guarded(t, "--endpoints", c.Endpoints()[0], "--seed", "100", "--timeout", "1s")
 	if code != 1 || !strings.Contains(stderr, "lock accounts: no answer within 1s") || strings.Contains(out, "moved") {
@@ -96,7 +95,7 @@ func TestLockWaitIsBounded(t *testing.T) {
 // variables; a wrong CA or nothing listening fails within the dial timeout,
 // naming the endpoint.
 func TestProgramWithTLS(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	ep := c.Endpoints()[0]
 	tlsArgs := []string{"--endpoints", ep, "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}
 	code, out, stderr := progtest.Run(t, hang, nil, append(tlsArgs, "--seed", "100", "--amount", "30")...)

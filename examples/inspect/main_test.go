@@ -14,9 +14,9 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 func TestMain(m *testing.M) { progtest.Main(m, main) }
@@ -24,13 +24,13 @@ func TestMain(m *testing.M) { progtest.Main(m, main) }
 func runInspect(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(etcdtest.Context(t, fencingtest.Wait), args, &out, &errOut)
+	code = run(fencingtest.Context(t, fencingtest.Wait), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
 // queue makes an owner and a waiter of the lock name; the waiter's Lock
 // returns when the test ends.
-func queue(t *testing.T, c *etcdtest.Cluster, name string) *fencing.Hold {
+func queue(t *testing.T, c *fencingtest.Cluster, name string) *fencing.Hold {
 	owner := fencingtest.Lock(t, fencingtest.Session(t, c.Client(t), fencing.WithIdentity("host-a/1")), name)
 	waiter := fencingtest.Mutex(t, fencingtest.Session(t, c.Client(t), fencing.WithIdentity("host-b/2")), name)
 	done := make(chan struct{})
@@ -43,7 +43,7 @@ func queue(t *testing.T, c *etcdtest.Cluster, name string) *fencing.Hold {
 		}
 	}()
 	t.Cleanup(func() { <-done })
-	etcdtest.WaitFor(t, fencingtest.Wait, "the waiter to queue", func() bool {
+	fencingtest.WaitFor(t, fencingtest.Wait, "the waiter to queue", func() bool {
 		prefix, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindLock, name)
 		return err == nil && len(c.Keys(t, prefix)) == 2
 	})
@@ -65,7 +65,7 @@ func TestNoEndpointsExplainsHowToConnect(t *testing.T) {
 }
 
 func TestTableShowsOwnerFirst(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	owner := queue(t, c, "jobs/billing")
 	code, out, stderr := runInspect(t, "--endpoints", c.Endpoints()[0], "jobs/billing")
 	if code != 0 {
@@ -93,7 +93,7 @@ func TestTableShowsOwnerFirst(t *testing.T) {
 // The JSON output decodes into the library's types and encodes back to the
 // same bytes.
 func TestJSONRoundTrips(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	queue(t, c, "jobs/a")
 	queue(t, c, "jobs/b")
 	code, out, stderr := runInspect(t, "--endpoints", c.Endpoints()[0], "--prefix", "jobs/", "-o", "json")
@@ -118,17 +118,17 @@ func TestJSONRoundTrips(t *testing.T) {
 
 // --watch redraws when the owner hands over.
 func TestWatchRedrawsOnHandover(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	owner := queue(t, c, "watched")
 	ctx, cancel := context.WithCancel(t.Context())
 	var out etcdtest.Buffer
 	done := make(chan int)
 	go func() { done <- run(ctx, []string{"--endpoints", c.Endpoints()[0], "--watch", "watched"}, &out, &out) }()
-	etcdtest.WaitFor(t, fencingtest.Wait, "the first table", func() bool { return strings.Contains(out.String(), "host-b/2") })
+	fencingtest.WaitFor(t, fencingtest.Wait, "the first table", func() bool { return strings.Contains(out.String(), "host-b/2") })
 	if err := owner.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	etcdtest.WaitFor(t, fencingtest.Wait, "a table with the waiter as owner", func() bool {
+	fencingtest.WaitFor(t, fencingtest.Wait, "a table with the waiter as owner", func() bool {
 		return strings.Contains(out.String(), "1 waiting") && strings.Contains(out.String(), "0 waiting")
 	})
 	cancel()
@@ -169,7 +169,7 @@ func TestBadCommandLinesExitTwo(t *testing.T) {
 
 // Flags may follow the name, and printable values stay on one line.
 func TestFlagsAfterName(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	queue(t, c, "after")
 	code, out, stderr := runInspect(t, "after", "--endpoints", c.Endpoints()[0], "-o", "json")
 	if code != 0 || !strings.HasPrefix(out, "[") {
@@ -193,7 +193,7 @@ func TestUnreachableEtcdExitsOne(t *testing.T) {
 // As a user runs it: a built program, TLS with client certificates from
 // etcdctl's environment variables, --help, a wrong CA, nothing listening.
 func TestProgramWithTLS(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	queue(t, c, "jobs/billing")
 	env := []string{"ETCDCTL_ENDPOINTS=" + c.Endpoints()[0], "ETCDCTL_CACERT=" + c.TLS.CA,
 		"ETCDCTL_CERT=" + c.TLS.Cert, "ETCDCTL_KEY=" + c.TLS.Key}
@@ -231,12 +231,12 @@ func TestProgramWithTLS(t *testing.T) {
 // A name free as the kind asked for, but held or led as the other kind,
 // gets a hint that says so, instead of "free" alone.
 func TestHintsTheOtherKind(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	e, err := election.New(fencingtest.Session(t, c.Client(t)), "reports")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Campaign(etcdtest.Context(t, fencingtest.Wait), "me"); err != nil {
+	if _, err := e.Campaign(fencingtest.Context(t, fencingtest.Wait), "me"); err != nil {
 		t.Fatal(err)
 	}
 	queue(t, c, "jobs/billing")
@@ -261,7 +261,7 @@ func TestHintsTheOtherKind(t *testing.T) {
 // The JSON output has one naming style (snake_case keys, the token as
 // {"name","revision"}), and gives each lease in hex, as the table does.
 func TestJSONStyleMatchesTable(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	owner := queue(t, c, "jobs/style")
 	ep := c.Endpoints()[0]
 	_, table, _ := runInspect(t, "--endpoints", ep, "jobs/style")
@@ -301,16 +301,16 @@ func TestJSONStyleMatchesTable(t *testing.T) {
 // --watch -o json keeps stdout for JSON: a failed redraw is logged on
 // stderr, with the reason, and the watch goes on.
 func TestWatchJSONLogsProblems(t *testing.T) {
-	c := etcdtest.Single(t) // no sessions: their cleanups would wait for the stopped member
+	c := fencingtest.Single(t) // no sessions: their cleanups would wait for the stopped member
 	ctx, cancel := context.WithCancel(t.Context())
 	var out, errOut etcdtest.Buffer
 	done := make(chan int)
 	go func() {
 		done <- run(ctx, []string{"--endpoints", c.Endpoints()[0], "--watch", "-o", "json", "--timeout", "1s", "watched"}, &out, &errOut)
 	}()
-	etcdtest.WaitFor(t, fencingtest.Wait, "the first JSON document", func() bool { return strings.Contains(out.String(), `"name":"watched"`) })
+	fencingtest.WaitFor(t, fencingtest.Wait, "the first JSON document", func() bool { return strings.Contains(out.String(), `"name":"watched"`) })
 	c.Stop(0)
-	etcdtest.WaitFor(t, fencingtest.Wait, "a logged problem", func() bool {
+	fencingtest.WaitFor(t, fencingtest.Wait, "a logged problem", func() bool {
 		return strings.Contains(errOut.String(), "could not read etcd; retrying")
 	})
 	cancel()
@@ -328,7 +328,7 @@ func TestWatchJSONLogsProblems(t *testing.T) {
 // inspect looks under leasehold/ and finds nothing. A bad root or a prefix no
 // name starts is a usage error.
 func TestRootFlag(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := fencingtest.Session(t, c.Client(t), fencing.WithRoot("billing/locks/"), fencing.WithIdentity("host-r/1"))
 	fencingtest.Lock(t, s, "jobs/x")
 	code, out, stderr := runInspect(t, "--endpoints", c.Endpoints()[0], "--root", "billing/locks/", "--prefix", "jobs/")
@@ -347,16 +347,16 @@ func TestRootFlag(t *testing.T) {
 
 // replica runs a RunGroup replica of group over names, with identity id,
 // until the test ends.
-func replica(t *testing.T, c *etcdtest.Cluster, group, id string, names []string) {
-	fencingtest.GroupReplica(t, c.Client(t), group, id, names)
+func replica(t *testing.T, c *fencingtest.Cluster, group, id string, names []string) {
+	etcdtest.GroupReplica(t, c.Client(t), group, id, names)
 }
 
 // waitGroup waits until group has replicas members and every name is led
 // by the replica the group assigns it to, and returns it.
-func waitGroup(t *testing.T, c *etcdtest.Cluster, group string, replicas int) inspect.Group {
+func waitGroup(t *testing.T, c *fencingtest.Cluster, group string, replicas int) inspect.Group {
 	t.Helper()
 	var g inspect.Group
-	etcdtest.WaitFor(t, fencingtest.Wait, fmt.Sprintf("%d replicas, balanced", replicas), func() bool {
+	fencingtest.WaitFor(t, fencingtest.Wait, fmt.Sprintf("%d replicas, balanced", replicas), func() bool {
 		var err error
 		g, err = inspect.ReadGroup(t.Context(), c.Admin, fencing.DefaultRoot, group)
 		return err == nil && len(g.Replicas) == replicas && g.Misplaced == 0
@@ -367,7 +367,7 @@ func waitGroup(t *testing.T, c *etcdtest.Cluster, group string, replicas int) in
 // As a user runs it: --group shows the replicas and who leads each name,
 // as a table and as JSON.
 func TestProgramShowsGroup(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	names := []string{"jobs/a", "jobs/b", "jobs/c", "jobs/d", "jobs/e"}
 	replica(t, c, "jobs", "host-a/1", names)
 	replica(t, c, "jobs", "host-b/2", names)
@@ -414,7 +414,7 @@ func TestProgramShowsGroup(t *testing.T) {
 
 // --watch --group redraws when a replica joins and the names move.
 func TestWatchGroupRedrawsOnJoin(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	names := []string{"mail/eu", "mail/us"}
 	replica(t, c, "mailers", "host-a/1", names)
 	waitGroup(t, c, "mailers", 1)
@@ -424,11 +424,11 @@ func TestWatchGroupRedrawsOnJoin(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--endpoints", c.Endpoints()[0], "--watch", "--group", "mailers"}, &out, &out)
 	}()
-	etcdtest.WaitFor(t, fencingtest.Wait, "a table of one replica", func() bool {
+	fencingtest.WaitFor(t, fencingtest.Wait, "a table of one replica", func() bool {
 		return strings.Contains(out.String(), "replicas 1, names 2, cap 2, misplaced 0")
 	})
 	replica(t, c, "mailers", "host-b/2", names)
-	etcdtest.WaitFor(t, fencingtest.Wait, "a table of two replicas, balanced", func() bool {
+	fencingtest.WaitFor(t, fencingtest.Wait, "a table of two replicas, balanced", func() bool {
 		return strings.Contains(out.String(), "replicas 2, names 2, cap 1, misplaced 0")
 	})
 	cancel()
@@ -442,7 +442,7 @@ func TestWatchGroupRedrawsOnJoin(t *testing.T) {
 // as a user runs it) and in JSON, and a hint names the kind a free NAME
 // is held as.
 func TestShowsSemaphoreAndRWLock(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	hold := func(name string, kind fencing.Kind, n int, id string, acquire func(*fencing.Session) func(context.Context) (*fencing.Hold, error)) {
 		t.Helper()
 		lock := acquire(fencingtest.Session(t, c.Client(t), fencing.WithIdentity(id)))
@@ -459,7 +459,7 @@ func TestShowsSemaphoreAndRWLock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		etcdtest.WaitFor(t, fencingtest.Wait, id+" to queue", func() bool { return len(c.Keys(t, prefix)) == n })
+		fencingtest.WaitFor(t, fencingtest.Wait, id+" to queue", func() bool { return len(c.Keys(t, prefix)) == n })
 	}
 	sem := func(s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
 		m, err := fencing.NewSemaphore(s, "migrations", 2)

@@ -17,7 +17,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -87,7 +87,7 @@ func post(t *testing.T, base, path string) int {
 func leads(t *testing.T, base, not string) string {
 	t.Helper()
 	var tok string
-	etcdtest.WaitFor(t, hang, base+" to lead", func() bool {
+	fencingtest.WaitFor(t, hang, base+" to lead", func() bool {
 		code, l := getLeader(t, base)
 		tok = l.Token
 		return code == http.StatusOK && l.Self && l.Token != not
@@ -98,11 +98,11 @@ func leads(t *testing.T, base, not string) string {
 // Two replicas agree on the leader; the leader's resign hands over; only the
 // leader may proclaim, and the new value is what both report.
 func TestReplicas(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	_, a := startReplica(t, c.Client(t), "test", "a", fencing.Observer{})
 	_, b := startReplica(t, c.Client(t), "test", "b", fencing.Observer{})
 	var first leaderJSON
-	etcdtest.WaitFor(t, hang, "both replicas to see one leader", func() bool {
+	fencingtest.WaitFor(t, hang, "both replicas to see one leader", func() bool {
 		c0, l0 := getLeader(t, a)
 		c1, l1 := getLeader(t, b)
 		first = l0
@@ -122,7 +122,7 @@ func TestReplicas(t *testing.T) {
 	if code := post(t, follow, "/proclaim?value=b2"); code != http.StatusOK {
 		t.Fatalf("new leader proclaim: %d", code)
 	}
-	etcdtest.WaitFor(t, hang, "the proclaimed value", func() bool {
+	fencingtest.WaitFor(t, hang, "the proclaimed value", func() bool {
 		code, l := getLeader(t, lead)
 		return code == 200 && l.Value == "b2" && !l.Self
 	})
@@ -136,11 +136,11 @@ func TestReplicas(t *testing.T) {
 // A replica whose lease is revoked (its session lost) campaigns on a new
 // session and leads again: it never leaves the election.
 func TestLeadsAgainAfterLeaseRevoked(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	r, base := startReplica(t, c.Client(t), "revoked", "a", fencing.Observer{})
 	first := leads(t, base, "")
 	var term *election.Term
-	etcdtest.WaitFor(t, hang, "the replica to store its term", func() bool {
+	fencingtest.WaitFor(t, hang, "the replica to store its term", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		term = r.term
@@ -148,14 +148,14 @@ func TestLeadsAgainAfterLeaseRevoked(t *testing.T) {
 	})
 	c.Revoke(t, term.Session().Lease())
 	leads(t, base, first)
-	etcdtest.WaitFor(t, hang, "/healthz 200", func() bool {
+	fencingtest.WaitFor(t, hang, "/healthz 200", func() bool {
 		code, _ := healthz(t, base)
 		return code == http.StatusOK
 	})
 }
 
 // tlsArgs are the flags that reach c with the good certificates.
-func tlsArgs(c *etcdtest.Cluster) []string {
+func tlsArgs(c *fencingtest.Cluster) []string {
 	return []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}
 }
 
@@ -176,7 +176,7 @@ func startProgram(t *testing.T, args ...string) (*progtest.Prog, string) {
 // As a user runs it, on a TLS cluster: it leads, serves its metrics, and on
 // SIGTERM resigns, leaving no key, and exits 0.
 func TestProgramWithTLS(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	p, base := startProgram(t, tlsArgs(c)...)
 	leads(t, base, "")
 	if code, body := healthz(t, base); code != http.StatusOK {
@@ -205,18 +205,18 @@ func TestProgramWithTLS(t *testing.T) {
 // session is gone: /healthz says so. Once etcd is back, the replica
 // campaigns on a new session, leads again, and /healthz is 200 again.
 func TestProgramLeadsAgainAfterQuorumLoss(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	p, base := startProgram(t, tlsArgs(c)...)
 	first := leads(t, base, "")
 	c.Stop(0)
-	etcdtest.WaitFor(t, hang, "/healthz 503 while etcd is down", func() bool {
+	fencingtest.WaitFor(t, hang, "/healthz 503 while etcd is down", func() bool {
 		code, _ := healthz(t, base)
 		return code == http.StatusServiceUnavailable
 	})
 	p.WaitStderr(t, hang, "session lost")
 	c.Restart(t, 0)
 	leads(t, base, first)
-	etcdtest.WaitFor(t, hang, "/healthz 200 again", func() bool {
+	fencingtest.WaitFor(t, hang, "/healthz 200 again", func() bool {
 		code, _ := healthz(t, base)
 		return code == http.StatusOK
 	})
@@ -225,7 +225,7 @@ func TestProgramLeadsAgainAfterQuorumLoss(t *testing.T) {
 // A wrong CA or nothing listening fails within the dial timeout, naming the
 // endpoint; --help exits 0; a bad command line exits 2.
 func TestProgramFailsClearly(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	progtest.CheckConnectFailures(t, c, hang, nil, "--listen", "127.0.0.1:0")
 	if code, _, stderr := progtest.Run(t, hang, nil, "--help"); code != 0 || !strings.Contains(stderr, "usage: leader") {
 		t.Fatalf("--help: exit %d\n%s", code, stderr)

@@ -16,8 +16,8 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -60,7 +60,7 @@ func scrape(t *testing.T, base string) map[string]float64 {
 // after each new win, whatever happened to the term before.
 func TestMetrics(t *testing.T) {
 	const name = "metrics-test"
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
 	r, _ := startReplica(t, c.Client(t), name, "a", m.observer())
@@ -89,7 +89,7 @@ func TestMetrics(t *testing.T) {
 				t.Logf("last scrape: %s", strings.Join(diff, "; "))
 			}
 		}()
-		etcdtest.WaitFor(t, 30*time.Second, what, func() bool {
+		fencingtest.WaitFor(t, 30*time.Second, what, func() bool {
 			got := scrape(t, srv.URL)
 			diff = diff[:0]
 			for _, k := range slices.Sorted(maps.Keys(w)) {
@@ -107,7 +107,7 @@ func TestMetrics(t *testing.T) {
 	// term: until then /resign says "not the leader".
 	stored := func() *election.Term {
 		var term *election.Term
-		etcdtest.WaitFor(t, 30*time.Second, "the replica to store its term", func() bool {
+		fencingtest.WaitFor(t, 30*time.Second, "the replica to store its term", func() bool {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			term = r.term

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -19,7 +19,7 @@ var groupNames = []string{"a", "b", "c", "d"}
 
 // groupReplica starts one singleton of group g over groupNames, running job
 // with one stamps file per name in dir.
-func groupReplica(t *testing.T, c *etcdtest.Cluster, dir string) *progtest.Prog {
+func groupReplica(t *testing.T, c *fencingtest.Cluster, dir string) *progtest.Prog {
 	args := append(append(append([]string{"--group", "g", "--names", strings.Join(groupNames, ","), "-v"}, tlsFlags(c)...), timing...),
 		"--", "sh", "-c", `STAMPS="$STAMPDIR/$LEASEHOLD_NAME"`+job)
 	return progtest.Start(t, []string{"STAMPDIR=" + dir}, args...)
@@ -28,10 +28,10 @@ func groupReplica(t *testing.T, c *etcdtest.Cluster, dir string) *progtest.Prog 
 // waitLeading waits until each replica leads as many names as want says,
 // as etcd tells (a leader key's value ends with its runner's pid), and the
 // command of every name runs.
-func waitLeading(t *testing.T, c *etcdtest.Cluster, dir string, want map[*progtest.Prog]int) {
+func waitLeading(t *testing.T, c *fencingtest.Cluster, dir string, want map[*progtest.Prog]int) {
 	t.Helper()
 	got := map[int]int{}
-	etcdtest.WaitFor(t, time.Minute, fmt.Sprint("names led ", want), func() bool {
+	fencingtest.WaitFor(t, time.Minute, fmt.Sprint("names led ", want), func() bool {
 		got = map[int]int{}
 		for _, n := range groupNames {
 			resp, err := c.Admin.Get(t.Context(), "leasehold/"+n+"#election/", clientv3.WithFirstCreate()...)
@@ -58,7 +58,7 @@ func waitLeading(t *testing.T, c *etcdtest.Cluster, dir string, want map[*progte
 // running once; one that exits hands its names to the other at once, and no
 // name's commands ever overlap.
 func TestGroupSplitsNames(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	dir := t.TempDir()
 	for _, n := range groupNames {
 		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -35,7 +35,7 @@ wait
 // Test timing: TTL 5 s, so the margin (0.5 s + grace) stays under TTL/2.
 var timing = []string{"--ttl", "5s", "--grace", "1s"}
 
-func tlsFlags(c *etcdtest.Cluster) []string {
+func tlsFlags(c *fencingtest.Cluster) []string {
 	return []string{"--endpoints", strings.Join(c.Endpoints(), ","), "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key}
 }
 
@@ -49,7 +49,7 @@ func newStamps(t *testing.T) string {
 }
 
 // replica starts one singleton running job for name, stamping into stamps.
-func replica(t *testing.T, c *etcdtest.Cluster, stamps, name string) *progtest.Prog {
+func replica(t *testing.T, c *fencingtest.Cluster, stamps, name string) *progtest.Prog {
 	args := append(append(append([]string{"--name", name, "-v"}, tlsFlags(c)...), timing...), "--", "sh", "-c", job)
 	return progtest.Start(t, []string{"STAMPS=" + stamps}, args...)
 }
@@ -94,7 +94,7 @@ func starts(ss []stamp) []stamp {
 func waitStarts(t *testing.T, stamps string, n int, d time.Duration) []stamp {
 	t.Helper()
 	var got []stamp
-	etcdtest.WaitFor(t, d, strconv.Itoa(n)+" command starts", func() bool {
+	fencingtest.WaitFor(t, d, strconv.Itoa(n)+" command starts", func() bool {
 		got = starts(readStamps(t, stamps))
 		return len(got) >= n
 	})
@@ -142,9 +142,9 @@ func mustRead(t *testing.T, file string) string {
 }
 
 // leaderOf returns the replica whose term wrote key, and the key's lease.
-func leaderOf(t *testing.T, c *etcdtest.Cluster, key string, reps ...*progtest.Prog) (*progtest.Prog, clientv3.LeaseID) {
+func leaderOf(t *testing.T, c *fencingtest.Cluster, key string, reps ...*progtest.Prog) (*progtest.Prog, clientv3.LeaseID) {
 	t.Helper()
-	resp, err := c.Admin.Get(etcdtest.Context(t, 10*time.Second), key)
+	resp, err := c.Admin.Get(fencingtest.Context(t, 10*time.Second), key)
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatalf("term key %q: %v (%d keys)", key, err, len(resp.Kvs))
 	}
@@ -163,25 +163,25 @@ func leaderOf(t *testing.T, c *etcdtest.Cluster, key string, reps ...*progtest.P
 func TestAtMostOneCommand(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fault func(t *testing.T, c *etcdtest.Cluster, leader *progtest.Prog, key string, lease clientv3.LeaseID)
+		fault func(t *testing.T, c *fencingtest.Cluster, leader *progtest.Prog, key string, lease clientv3.LeaseID)
 	}{
-		{"key deleted", func(t *testing.T, c *etcdtest.Cluster, _ *progtest.Prog, key string, _ clientv3.LeaseID) {
+		{"key deleted", func(t *testing.T, c *fencingtest.Cluster, _ *progtest.Prog, key string, _ clientv3.LeaseID) {
 			c.Delete(t, key)
 		}},
-		{"lease revoked", func(t *testing.T, c *etcdtest.Cluster, _ *progtest.Prog, _ string, lease clientv3.LeaseID) {
+		{"lease revoked", func(t *testing.T, c *fencingtest.Cluster, _ *progtest.Prog, _ string, lease clientv3.LeaseID) {
 			c.Revoke(t, lease)
 		}},
-		{"runner killed", func(t *testing.T, _ *etcdtest.Cluster, leader *progtest.Prog, _ string, _ clientv3.LeaseID) {
+		{"runner killed", func(t *testing.T, _ *fencingtest.Cluster, leader *progtest.Prog, _ string, _ clientv3.LeaseID) {
 			leader.Signal(t, syscall.SIGKILL)
 		}},
-		{"runner paused past the TTL", func(t *testing.T, _ *etcdtest.Cluster, leader *progtest.Prog, _ string, _ clientv3.LeaseID) {
+		{"runner paused past the TTL", func(t *testing.T, _ *fencingtest.Cluster, leader *progtest.Prog, _ string, _ clientv3.LeaseID) {
 			leader.Signal(t, syscall.SIGSTOP)
 			t.Cleanup(func() { syscall.Kill(leader.Pid(), syscall.SIGCONT) })
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := etcdtest.SingleTLS(t)
+			c := fencingtest.SingleTLS(t)
 			stamps := newStamps(t)
 			a, b := replica(t, c, stamps, "job"), replica(t, c, stamps, "job")
 			first := waitStarts(t, stamps, 1, time.Minute)[0]
@@ -199,7 +199,7 @@ func TestAtMostOneCommand(t *testing.T) {
 // A paused runner resumed after another took over does not run its command
 // again alongside, and both shut down cleanly, leaving no key.
 func TestPausedRunnerResumes(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	stamps := newStamps(t)
 	a, b := replica(t, c, stamps, "job"), replica(t, c, stamps, "job")
 	first := waitStarts(t, stamps, 1, time.Minute)[0]
@@ -224,7 +224,7 @@ func TestPausedRunnerResumes(t *testing.T) {
 	noKeysLeft(t, c)
 }
 
-func noKeysLeft(t *testing.T, c *etcdtest.Cluster) {
+func noKeysLeft(t *testing.T, c *fencingtest.Cluster) {
 	t.Helper()
 	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
 		t.Errorf("keys left under leasehold/: %q", keys)
@@ -234,7 +234,7 @@ func noKeysLeft(t *testing.T, c *etcdtest.Cluster) {
 // The command sees its token; its success ends singleton with status 0 and
 // no key left.
 func TestCommandSucceeds(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	args := append(append([]string{"--name", "once"}, tlsFlags(c)...), "--", "sh", "-c", `echo "token=$LEASEHOLD_TOKEN"`)
 	code, stdout, stderr := progtest.Run(t, time.Minute, nil, args...)
 	if code != 0 || !strings.Contains(stdout, "token=once@") {
@@ -250,7 +250,7 @@ func TestCommandSucceeds(t *testing.T) {
 
 // SIGTERM stops the command's whole group, resigns and exits 0.
 func TestInterruptStopsTheGroup(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	stamps := newStamps(t)
 	p := replica(t, c, stamps, "job")
 	first := waitStarts(t, stamps, 1, time.Minute)[0]
@@ -272,7 +272,7 @@ func TestInterruptStopsTheGroup(t *testing.T) {
 }
 
 func TestCommandLine(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	ep := c.Endpoints()[0]
 	for _, tc := range []struct {
 		name string
@@ -309,7 +309,7 @@ func TestCommandLine(t *testing.T) {
 
 // The environment works like etcdctl's.
 func TestEnvironment(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	env := []string{"ETCDCTL_ENDPOINTS=" + c.Endpoints()[0], "ETCDCTL_CACERT=" + c.TLS.CA, "ETCDCTL_CERT=" + c.TLS.Cert, "ETCDCTL_KEY=" + c.TLS.Key}
 	code, stdout, stderr := progtest.Run(t, time.Minute, env, "--name", "env", "--", "echo", "ran")
 	if code != 0 || strings.TrimSpace(stdout) != "ran" {

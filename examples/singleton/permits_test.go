@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 )
 
 // jobN is job for --permits: at start, an "overlap" line if PERMITS groups
@@ -26,7 +26,7 @@ wait
 `
 
 // permitReplica starts one singleton running jobN under --permits permits.
-func permitReplica(t *testing.T, c *etcdtest.Cluster, stamps, permits string) *progtest.Prog {
+func permitReplica(t *testing.T, c *fencingtest.Cluster, stamps, permits string) *progtest.Prog {
 	args := append(append(append([]string{"--name", "migrations", "--permits", permits, "-v"}, tlsFlags(c)...), timing...), "--", "sh", "-c", jobN)
 	return progtest.Start(t, []string{"STAMPS=" + stamps, "PERMITS=" + permits}, args...)
 }
@@ -37,7 +37,7 @@ func permitReplica(t *testing.T, c *etcdtest.Cluster, stamps, permits string) *p
 // without --permits, refuses to start; all exit 0 on SIGTERM, leaving no
 // process and no key.
 func TestPermitsAtMostN(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	stamps := newStamps(t)
 	reps := []*progtest.Prog{}
 	for range 4 {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
 func TestSafetyBudget(t *testing.T) {
@@ -60,8 +60,8 @@ func FuzzSafetyBudget(f *testing.F) {
 // SafetyBudget accepts a margin exactly when NewSession does, for the
 // renewal interval a session uses (TTL/3).
 func TestSafetyBudgetAgreesWithNewSession(t *testing.T) {
-	c := etcdtest.Single(t)
-	ctx := etcdtest.Context(t, time.Minute)
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, time.Minute)
 	ttl := 6 * time.Second
 	for _, margin := range []time.Duration{-time.Second, 0, time.Millisecond, time.Second, 2999 * time.Millisecond,
 		3 * time.Second, 3500 * time.Millisecond, 4 * time.Second, 6 * time.Second} {

@@ -11,15 +11,15 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // runReplica runs a RunGroup replica of group with identity id over names
 // until stop or the test's end.
-func runReplica(t *testing.T, c *etcdtest.Cluster, group, id string, names []string) (stop func()) {
-	return fencingtest.GroupReplica(t, c.Client(t), group, id, names)
+func runReplica(t *testing.T, c *fencingtest.Cluster, group, id string, names []string) (stop func()) {
+	return etcdtest.GroupReplica(t, c.Client(t), group, id, names)
 }
 
 // jobNames returns n names under t's name, sorted.
@@ -32,9 +32,9 @@ func jobNames(t *testing.T, n int) []string {
 }
 
 // readGroup reads group, failing t on an error.
-func readGroup(t *testing.T, c *etcdtest.Cluster, group string) inspect.Group {
+func readGroup(t *testing.T, c *fencingtest.Cluster, group string) inspect.Group {
 	t.Helper()
-	g, err := inspect.ReadGroup(etcdtest.Context(t, wait), c.Admin, root, group)
+	g, err := inspect.ReadGroup(fencingtest.Context(t, wait), c.Admin, root, group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,15 +65,15 @@ func balanced(g inspect.Group, names []string, ids ...string) bool {
 // ReadGroup sees two replicas share ten names, then one take them all when
 // the other leaves; each leader is the key the replica's session holds.
 func TestReadGroupFollowsBalance(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	names := jobNames(t, 10)
 	stopA := runReplica(t, c, "workers", "replica-a", names)
-	etcdtest.WaitFor(t, wait, "replica-a to lead every name", func() bool {
+	fencingtest.WaitFor(t, wait, "replica-a to lead every name", func() bool {
 		return balanced(readGroup(t, c, "workers"), names, "replica-a")
 	})
 	runReplica(t, c, "workers", "replica-b", names)
 	var g inspect.Group
-	etcdtest.WaitFor(t, wait, "two replicas, balanced", func() bool {
+	fencingtest.WaitFor(t, wait, "two replicas, balanced", func() bool {
 		g = readGroup(t, c, "workers")
 		return balanced(g, names, "replica-a", "replica-b")
 	})
@@ -94,7 +94,7 @@ func TestReadGroupFollowsBalance(t *testing.T) {
 	}
 
 	stopA()
-	etcdtest.WaitFor(t, wait, "replica-b alone, leading every name", func() bool {
+	fencingtest.WaitFor(t, wait, "replica-b alone, leading every name", func() bool {
 		g = readGroup(t, c, "workers")
 		return balanced(g, names, "replica-b")
 	})
@@ -105,10 +105,10 @@ func TestReadGroupFollowsBalance(t *testing.T) {
 
 // More names than one txn may read: the leaders are read in batches.
 func TestReadGroupReadsManyNames(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	names := jobNames(t, 150)
 	runReplica(t, c, "many", "only", names)
-	etcdtest.WaitFor(t, wait, "one replica leading 150 names", func() bool {
+	fencingtest.WaitFor(t, wait, "one replica leading 150 names", func() bool {
 		return balanced(readGroup(t, c, "many"), names, "only")
 	})
 }
@@ -116,15 +116,15 @@ func TestReadGroupReadsManyNames(t *testing.T) {
 // A key under the membership prefix that RunGroup did not write is left
 // out, as RunGroup leaves it out; the group's JSON decodes back to it.
 func TestReadGroupSkipsForeignKeysAndRoundTrips(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	names := jobNames(t, 3)
 	member, _ := inspect.KeyPrefix(root, fencing.KindGroup, "mixed")
-	if _, err := c.Admin.Put(etcdtest.Context(t, wait), member+"not-a-member", "not JSON"); err != nil {
+	if _, err := c.Admin.Put(fencingtest.Context(t, wait), member+"not-a-member", "not JSON"); err != nil {
 		t.Fatal(err)
 	}
 	runReplica(t, c, "mixed", "replica-a", names)
 	var g inspect.Group
-	etcdtest.WaitFor(t, wait, "replica-a to lead every name", func() bool {
+	fencingtest.WaitFor(t, wait, "replica-a to lead every name", func() bool {
 		g = readGroup(t, c, "mixed")
 		return balanced(g, names, "replica-a")
 	})
@@ -149,8 +149,8 @@ func TestReadGroupSkipsForeignKeysAndRoundTrips(t *testing.T) {
 }
 
 func TestReadGroupRejectsBadInput(t *testing.T) {
-	c := etcdtest.Single(t)
-	ctx := etcdtest.Context(t, wait)
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, wait)
 	var nilCtx context.Context
 	for _, tc := range []struct {
 		what       string
@@ -168,7 +168,7 @@ func TestReadGroupRejectsBadInput(t *testing.T) {
 		if !errors.Is(err, tc.want) {
 			t.Errorf("ReadGroup with %s: %v; want %v", tc.what, err, tc.want)
 		}
-		fencingtest.NamesPackageOnce(t, "inspect", err)
+		etcdtest.NamesPackageOnce(t, "inspect", err)
 		if err != nil && !strings.HasPrefix(err.Error(), "inspect: ReadGroup") {
 			t.Errorf("ReadGroup with %s: %q does not name ReadGroup", tc.what, err)
 		}

@@ -9,14 +9,14 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 )
 
 // queueOfThree queues an owner and two waiters on the lock name, each on its
 // own session, and returns the sessions in queue order.
-func queueOfThree(t *testing.T, c *etcdtest.Cluster, name string) []*fencing.Session {
+func queueOfThree(t *testing.T, c *fencingtest.Cluster, name string) []*fencing.Session {
 	t.Helper()
 	var ss []*fencing.Session
 	for i, id := range []string{"owner", "waiter-1", "waiter-2"} {
@@ -33,7 +33,7 @@ func queueOfThree(t *testing.T, c *etcdtest.Cluster, name string) []*fencing.Ses
 			newMutex(t, s, name).Lock(ctx)
 		}()
 		t.Cleanup(func() { cancel(); <-done })
-		etcdtest.WaitFor(t, wait, id+" to queue", func() bool { return len(fencingtest.LockKeys(t, c, name)) == i+1 })
+		fencingtest.WaitFor(t, wait, id+" to queue", func() bool { return len(etcdtest.LockKeys(t, c, name)) == i+1 })
 	}
 	return ss
 }
@@ -41,9 +41,9 @@ func queueOfThree(t *testing.T, c *etcdtest.Cluster, name string) []*fencing.Ses
 // Read shows the owner first, then the waiters in order, each with its
 // identity, lease and TTL left.
 func TestReadShowsQueueInOrder(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	ss := queueOfThree(t, c, "inspected")
-	q, err := inspect.Read(etcdtest.Context(t, wait), c.Admin, root, fencing.KindLock, "inspected")
+	q, err := inspect.Read(fencingtest.Context(t, wait), c.Admin, root, fencing.KindLock, "inspected")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +72,9 @@ func TestReadShowsQueueInOrder(t *testing.T) {
 // A waiter whose lease is gone by the time its TTL is read is shown expired:
 // its key is on its way out, and it owns nothing.
 func TestReadMarksExpiredWaiter(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	ss := queueOfThree(t, c, "expiring")
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	qs, _, err := inspect.ReadQueues(ctx, c.Admin, root, lockPrefix(t, "expiring"), fencing.KindLock)
 	if err != nil || len(qs) != 1 || len(qs[0].Entries) != 3 {
 		t.Fatalf("ReadQueues = %+v, %v", qs, err)
@@ -96,16 +96,16 @@ func TestReadMarksExpiredWaiter(t *testing.T) {
 // ReadPrefix groups keys by name and keeps only the names asked for; its
 // JSON decodes back to what it returned.
 func TestReadPrefixGroupsAndRoundTrips(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	for _, n := range []string{"jobs/b", "jobs/a", "jobs/a", "other"} {
 		go newMutex(t, s, n).Lock(t.Context())
 	}
 	fencingtest.Lock(t, s, "jobs")
-	etcdtest.WaitFor(t, wait, "three keys under jobs/", func() bool {
-		return len(fencingtest.LockKeys(t, c, "jobs/a"))+len(fencingtest.LockKeys(t, c, "jobs/b")) == 3
+	fencingtest.WaitFor(t, wait, "three keys under jobs/", func() bool {
+		return len(etcdtest.LockKeys(t, c, "jobs/a"))+len(etcdtest.LockKeys(t, c, "jobs/b")) == 3
 	})
-	qs, err := inspect.ReadPrefix(etcdtest.Context(t, wait), c.Admin, root, "", "jobs/")
+	qs, err := inspect.ReadPrefix(fencingtest.Context(t, wait), c.Admin, root, "", "jobs/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,8 +126,8 @@ func TestReadPrefixGroupsAndRoundTrips(t *testing.T) {
 }
 
 func TestReadRejectsBadInput(t *testing.T) {
-	c := etcdtest.Single(t)
-	ctx := etcdtest.Context(t, wait)
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, wait)
 	for _, tc := range []struct {
 		kind fencing.Kind
 		name string
@@ -165,15 +165,15 @@ func TestReadRejectsBadInput(t *testing.T) {
 
 // Without etcd, Read fails with the reason, and never panics.
 func TestReadFailsWithoutEtcd(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := inspect.Read(ctx, c.Admin, root, fencing.KindLock, "n"); !errors.Is(err, context.Canceled) {
 		t.Errorf("Read with a canceled context: %v; want context.Canceled", err)
 	}
-	cli := etcdtest.NewClient(t, c.Endpoints())
+	cli := fencingtest.NewClient(t, c.Endpoints())
 	cli.Close()
-	if _, err := inspect.ReadPrefix(etcdtest.Context(t, wait), cli, root, "", ""); err == nil {
+	if _, err := inspect.ReadPrefix(fencingtest.Context(t, wait), cli, root, "", ""); err == nil {
 		t.Error("ReadPrefix on a closed client succeeded")
 	}
 }
@@ -205,8 +205,8 @@ func TestEntryJSON(t *testing.T) {
 // lock shows each key's mode: readers ahead of every writer hold, the
 // writer and the readers behind it wait.
 func TestReadShowsSemaphoreAndRWLock(t *testing.T) {
-	c := etcdtest.Single(t)
-	ctx := etcdtest.Context(t, wait)
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, wait)
 	s := newSession(t, c.Client(t))
 	queue := func(kind fencing.Kind, name string, n int, acquire func(context.Context) (*fencing.Hold, error)) {
 		t.Helper()
@@ -215,7 +215,7 @@ func TestReadShowsSemaphoreAndRWLock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		etcdtest.WaitFor(t, wait, name+" queued", func() bool { return len(c.Keys(t, p)) == n })
+		fencingtest.WaitFor(t, wait, name+" queued", func() bool { return len(c.Keys(t, p)) == n })
 	}
 	sem := func(limit int) *fencing.Semaphore {
 		m, err := fencing.NewSemaphore(s, "slots", limit)

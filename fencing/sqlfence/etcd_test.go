@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/sqlfence"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
 // The story the package exists for, with real tokens from a real etcd: a
@@ -17,7 +17,7 @@ import (
 // without noticing, a successor locks and writes; the old holder's write,
 // made with the token it still has in hand, is refused by the database.
 func TestLostHolderRefusedByDatabase(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	eachBackend(t, func(t *testing.T, b backend, db *sql.DB, fence *sqlfence.Fence) {
 		ctx := ctxFor(t)
 		lock := func() (*fencing.Session, *fencing.Hold) {

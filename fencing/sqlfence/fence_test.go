@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/sqlfence"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
 // A token older than the fence is refused before the caller's statements
@@ -120,7 +120,7 @@ func waitBlocked(t *testing.T, b backend, db *sql.DB, n int) {
 	if b.dialect != sqlfence.PostgreSQL {
 		return
 	}
-	etcdtest.WaitFor(t, 30*time.Second, fmt.Sprintf("%d transactions to wait on the fence", n), func() bool {
+	fencingtest.WaitFor(t, 30*time.Second, fmt.Sprintf("%d transactions to wait on the fence", n), func() bool {
 		var got int
 		err := db.QueryRowContext(ctxFor(t), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got)
@@ -318,7 +318,7 @@ func TestContextEndingMidTransactionRollsBack(t *testing.T) {
 				return err
 			}
 			cancel2()
-			etcdtest.WaitFor(t, 30*time.Second, "database/sql to roll the transaction back", func() bool {
+			fencingtest.WaitFor(t, 30*time.Second, "database/sql to roll the transaction back", func() bool {
 				_, err := tx.ExecContext(context.Background(), "SELECT 1")
 				return errors.Is(err, sql.ErrTxDone)
 			})

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/sqlfence"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	_ "modernc.org/sqlite" // registers "sqlite"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { fencingtest.Main(m) }
 
 // backend is a real database of one dialect, made fresh for each test.
 type backend struct {
@@ -120,4 +120,4 @@ func tok(name string, rev int64) fencing.Token {
 	return fencing.Token{Name: name, Revision: rev, Cluster: cluster}
 }
 
-func ctxFor(t *testing.T) context.Context { return etcdtest.Context(t, time.Minute) }
+func ctxFor(t *testing.T) context.Context { return fencingtest.Context(t, time.Minute) }

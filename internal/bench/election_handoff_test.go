@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -28,7 +28,7 @@ func BenchmarkElectionHandoff(b *testing.B) {
 	}
 }
 
-func candidates(b *testing.B, c *etcdtest.Cluster, impl, name string, n int) ([]locker, *counters) {
+func candidates(b *testing.B, c *fencingtest.Cluster, impl, name string, n int) ([]locker, *counters) {
 	b.Helper()
 	clis, ctrs := countedClients(b, c, n)
 	ctx := context.Background()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 )
@@ -24,7 +25,7 @@ func BenchmarkCrashFailover(b *testing.B) {
 				var lat latencies
 				for i := range b.N {
 					name := fmt.Sprintf("crash-%d-%d", ttl, i)
-					p := etcdtest.StartHelper(b, "hold", c.Endpoints()[0], impl, name, fmt.Sprint(ttl))
+					p := fencingtest.StartHelper(b, "hold", c.Endpoints()[0], impl, name, fmt.Sprint(ttl))
 					p.Expect(b, time.Minute, "locked")
 					ls, _ := lockers(b, c, impl, name, 1)
 					got := make(chan error, 1)

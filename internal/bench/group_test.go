@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/assign"
 	"github.com/leasehold/leasehold/internal/assign/assigntest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
@@ -144,7 +145,7 @@ func groupNames(group string, n int) []string {
 	return names
 }
 
-func groupRun(b *testing.B, c *etcdtest.Cluster, n, r int) {
+func groupRun(b *testing.B, c *fencingtest.Cluster, n, r int) {
 	group := fmt.Sprintf("bench-group-%d-%d-%d", n, r, time.Now().UnixNano())
 	names := groupNames(group, n)
 	tr := newTracker()
@@ -205,7 +206,7 @@ func groupRun(b *testing.B, c *etcdtest.Cluster, n, r int) {
 
 	// Crash: a replica in a subprocess joins, then is killed.
 	ids = ids[1:]
-	p := etcdtest.StartHelper(b, "group", c.Endpoints()[0], group, "crashy", fmt.Sprint(n))
+	p := fencingtest.StartHelper(b, "group", c.Endpoints()[0], group, "crashy", fmt.Sprint(n))
 	go follow(p, tr, "crashy")
 	_, before = tr.balanced(b, n, append(ids, "crashy"), time.Now())
 	t0 = time.Now()
@@ -217,7 +218,7 @@ func groupRun(b *testing.B, c *etcdtest.Cluster, n, r int) {
 }
 
 // follow reads a group helper's lines into tr.
-func follow(p *etcdtest.Proc, tr *tracker, id string) {
+func follow(p *fencingtest.Proc, tr *tracker, id string) {
 	for line := range p.Lines() {
 		if name, ok := strings.CutPrefix(line, "leading "); ok {
 			tr.set(name, id)
@@ -258,7 +259,7 @@ func groupHelper(args []string) int {
 // perNameCampaigns is the same job with etcd's concurrency package: r
 // replicas, one session each, campaign for every name; whoever campaigns
 // first leads.
-func perNameCampaigns(b *testing.B, c *etcdtest.Cluster, n, r int) {
+func perNameCampaigns(b *testing.B, c *fencingtest.Cluster, n, r int) {
 	group := fmt.Sprintf("concurrency/bench-group-%d-%d-%d", n, r, time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(context.Background())
 	ctrs := &counters{}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -193,7 +193,7 @@ func BenchmarkLockNameHistory(b *testing.B) {
 
 // sessionPair returns one session of each implementation, TTL 10 s, closed
 // when b ends.
-func sessionPair(b *testing.B, c *etcdtest.Cluster) (*fencing.Session, *concurrency.Session) {
+func sessionPair(b *testing.B, c *fencingtest.Cluster) (*fencing.Session, *concurrency.Session) {
 	ctx := context.Background()
 	ours, err := fencing.NewSession(ctx, c.Client(b), fencing.WithTTL(10*time.Second))
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -156,7 +156,7 @@ func BenchmarkHandoffJustQueued(b *testing.B) {
 	}
 }
 
-func queued(b *testing.B, c *etcdtest.Cluster, prefix string) int64 {
+func queued(b *testing.B, c *fencingtest.Cluster, prefix string) int64 {
 	resp, err := c.Admin.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		b.Fatal(err)

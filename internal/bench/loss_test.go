@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -88,7 +88,7 @@ func BenchmarkPartitionMargin(b *testing.B) {
 				deleted := c.Deletion(b, key)
 				wg.Go(func() {
 					link.Blackhole()
-					stoppedAt := etcdtest.When(done)
+					stoppedAt := fencingtest.When(done)
 					deletedAt := <-deleted
 					select {
 					case at := <-stoppedAt:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,9 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	etcdtest.RegisterHelper("hold", holdHelper)
-	etcdtest.RegisterHelper("group", groupHelper)
-	etcdtest.Main(m)
+	fencingtest.RegisterHelper("hold", holdHelper)
+	fencingtest.RegisterHelper("group", groupHelper)
+	fencingtest.Main(m)
 }
 
 // holdHelper takes a lock with leasehold or concurrency, prints "locked",
@@ -143,7 +144,7 @@ func (c *theirs) close()         { c.s.Close() }
 
 // lockers makes n participants of one lock, spread over a few clients that
 // count their requests.
-func lockers(b *testing.B, c *etcdtest.Cluster, impl, name string, n int) ([]locker, *counters) {
+func lockers(b *testing.B, c *fencingtest.Cluster, impl, name string, n int) ([]locker, *counters) {
 	b.Helper()
 	clis, ctrs := countedClients(b, c, n)
 	ls := make([]locker, n)
@@ -160,7 +161,7 @@ func lockers(b *testing.B, c *etcdtest.Cluster, impl, name string, n int) ([]loc
 
 // countedClients returns the clients n participants share (at most 8), each
 // counting its requests.
-func countedClients(b *testing.B, c *etcdtest.Cluster, n int) ([]*clientv3.Client, *counters) {
+func countedClients(b *testing.B, c *fencingtest.Cluster, n int) ([]*clientv3.Client, *counters) {
 	ctrs := &counters{}
 	var clis []*clientv3.Client
 	for range min(n, 8) {
@@ -249,8 +250,8 @@ func (l *latencies) report(b *testing.B) {
 // cluster starts the single-member etcd of one benchmark and warms it up:
 // the first few hundred requests of a new server and client are slower, and
 // would otherwise count against whichever implementation runs first.
-func cluster(b *testing.B) *etcdtest.Cluster {
-	c := etcdtest.Single(b)
+func cluster(b *testing.B) *fencingtest.Cluster {
+	c := fencingtest.Single(b)
 	ctx := context.Background()
 	for i := range 1000 {
 		if _, err := c.Admin.Put(ctx, "warmup", fmt.Sprint(i)); err != nil {

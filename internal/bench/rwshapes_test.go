@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 )
 
 // BenchmarkRWMutexReadersToWriter measures the handoff from many readers to
@@ -35,7 +35,7 @@ import (
 // one too, may come up to 100 ms after its release.
 func BenchmarkRWMutexReadersToWriter(b *testing.B) {
 	c := cluster(b)
-	ctx := etcdtest.Context(b, time.Hour)
+	ctx := fencingtest.Context(b, time.Hour)
 	for _, readers := range []int{1, 10, 100, 1000} {
 		b.Run("readers="+strconv.Itoa(readers), func(b *testing.B) {
 			name := fmt.Sprintf("readers-to-writer-%d-%s", readers, strconv.FormatInt(time.Now().UnixNano(), 36))
@@ -85,8 +85,8 @@ func (s *rwSide) readersToWriter(b *testing.B, readers int, res *rwResults) {
 		u, err := s.lock[0]()
 		writer <- rwAcquired{u, time.Now(), err}
 	}()
-	etcdtest.WaitFor(b, time.Minute, "the writer's watch", func() bool { return w.created.Load() > armed && w.idle(settleTime) })
-	etcdtest.WaitFor(b, time.Minute, "every key queued", func() bool { return queued(b, s.c, s.prefix) == int64(readers+1) })
+	fencingtest.WaitFor(b, time.Minute, "the writer's watch", func() bool { return w.created.Load() > armed && w.idle(settleTime) })
+	fencingtest.WaitFor(b, time.Minute, "every key queued", func() bool { return queued(b, s.c, s.prefix) == int64(readers+1) })
 
 	r0, wk0 := kvRequests(&s.writerCtr), w.wakeups.Load()
 	var start time.Time
@@ -99,7 +99,7 @@ func (s *rwSide) readersToWriter(b *testing.B, readers int, res *rwResults) {
 		if i == 0 {
 			break
 		}
-		etcdtest.WaitFor(b, time.Minute, "the writer to settle", func() bool {
+		fencingtest.WaitFor(b, time.Minute, "the writer to settle", func() bool {
 			return w.idle(settleTime) && (w.wakeups.Load() > woken || w.idle(unwoken))
 		})
 		if len(writer) > 0 {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -34,7 +35,7 @@ import (
 // semaphore's p50 over the mutex's (the target: at most 1.05).
 func BenchmarkSemaphoreVsMutex(b *testing.B) {
 	c := cluster(b)
-	ctx := etcdtest.Context(b, 10*time.Minute)
+	ctx := fencingtest.Context(b, 10*time.Minute)
 	for _, mode := range []string{"uncontended", "handoff"} {
 		b.Run(mode, func(b *testing.B) {
 			var waiterWatches watchStats
@@ -71,7 +72,7 @@ func BenchmarkSemaphoreVsMutex(b *testing.B) {
 					w, err := acquire[side][1](ctx)
 					got <- acquired{w, time.Now(), err}
 				}()
-				etcdtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool { return waiterWatches.created.Load() > armed })
+				fencingtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool { return waiterWatches.created.Load() > armed })
 				start = time.Now()
 				if err := h.Unlock(ctx); err != nil {
 					b.Fatal(err)
@@ -117,7 +118,7 @@ func BenchmarkSemaphoreVsMutex(b *testing.B) {
 // events, ms/release the window's time over the releases.
 func BenchmarkSemaphoreRequestsPerRelease(b *testing.B) {
 	c := cluster(b)
-	ctx := etcdtest.Context(b, 30*time.Minute)
+	ctx := fencingtest.Context(b, 30*time.Minute)
 	for _, waiters := range []int{1, 10, 100, 1000} {
 		for _, impl := range []string{"mutex", "semaphore-2"} {
 			b.Run(fmt.Sprintf("waiters=%d/%s", waiters, impl), func(b *testing.B) {
@@ -175,7 +176,7 @@ func releaser(acquire func(context.Context) (*fencing.Hold, error)) acquireFunc 
 // limit permits, wait queues the waiters, both on clients made with
 // options, and run adds up what each chain cost.
 type releaseChain struct {
-	c              *etcdtest.Cluster
+	c              *fencingtest.Cluster
 	prefix         string
 	limit, waiters int
 	hold, wait     acquireFunc
@@ -188,8 +189,8 @@ type releaseChain struct {
 	spent                     map[string]int // requests by method
 }
 
-func (ch *releaseChain) options() []etcdtest.ClientOption {
-	return []etcdtest.ClientOption{etcdtest.WithCounter(&ch.ctr), withWatchStats(&ch.watches)}
+func (ch *releaseChain) options() []fencingtest.ClientOption {
+	return []fencingtest.ClientOption{etcdtest.WithCounter(&ch.ctr), withWatchStats(&ch.watches)}
 }
 
 // run is one iteration: it fills the permits, queues the waiters one by one
@@ -229,9 +230,9 @@ func (ch *releaseChain) run(b *testing.B, ctx context.Context) {
 			}
 			results <- release
 		})
-		etcdtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool { return ch.watches.created.Load() > armed })
+		fencingtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool { return ch.watches.created.Load() > armed })
 	}
-	etcdtest.WaitFor(b, time.Minute, "every key queued", func() bool { return queued(b, ch.c, ch.prefix) == int64(ch.limit+ch.waiters) })
+	fencingtest.WaitFor(b, time.Minute, "every key queued", func() bool { return queued(b, ch.c, ch.prefix) == int64(ch.limit+ch.waiters) })
 	before := map[string]int{}
 	for _, m := range slices.Concat(kvMethods, []string{"LeaseTimeToLive", "LeaseGrant", "LeaseRevoke"}) {
 		before[m] = ch.ctr.Requests(m)
@@ -256,11 +257,11 @@ func (ch *releaseChain) run(b *testing.B, ctx context.Context) {
 	// watch of the client closes the stream instead, with no message), and
 	// a semaphore's touches its key: count those requests too.
 	cancels := func() int { return ch.ctr.Requests("Watch") - before["Watch"] }
-	if !etcdtest.Within(5*time.Second, func() bool { return cancels() >= ch.waiters-1 }) {
+	if !fencingtest.Within(5*time.Second, func() bool { return cancels() >= ch.waiters-1 }) {
 		b.Logf("only %d of %d watch cancels sent", cancels(), ch.waiters-1)
 	}
 	if ch.touches {
-		etcdtest.WaitFor(b, time.Minute, "the keepers' touches", func() bool { return touched(b, ch.c, ch.prefix) >= len(keep) })
+		fencingtest.WaitFor(b, time.Minute, "the keepers' touches", func() bool { return touched(b, ch.c, ch.prefix) >= len(keep) })
 	}
 	ch.requests += kvRequests(&ch.ctr) - r0
 	ch.wakeups += int(ch.watches.wakeups.Load() - wk0)
@@ -274,7 +275,7 @@ func (ch *releaseChain) run(b *testing.B, ctx context.Context) {
 		}
 	}
 	wg.Wait()
-	etcdtest.WaitFor(b, time.Minute, "an empty queue", func() bool { return queued(b, ch.c, ch.prefix) == 0 })
+	fencingtest.WaitFor(b, time.Minute, "an empty queue", func() bool { return queued(b, ch.c, ch.prefix) == 0 })
 	b.StartTimer()
 }
 
@@ -301,7 +302,7 @@ func (ch *releaseChain) report(b *testing.B, label string) {
 func BenchmarkSemaphoreVsConcurrency(b *testing.B) {
 	const limit = 2
 	c := cluster(b)
-	ctx := etcdtest.Context(b, 30*time.Minute)
+	ctx := fencingtest.Context(b, 30*time.Minute)
 	labels := []string{"ours-", "obvious-"}
 	b.Run("uncontended", func(b *testing.B) {
 		sides := semaphoreChains(b, c, "uncontended", limit, 0)
@@ -334,7 +335,7 @@ func BenchmarkSemaphoreVsConcurrency(b *testing.B) {
 // semaphoreChains returns the release chains of a Semaphore and of an
 // obviousSemaphore, of limit permits, each with a session for the holders
 // and one for the waiters.
-func semaphoreChains(b *testing.B, c *etcdtest.Cluster, name string, limit, waiters int) [2]*releaseChain {
+func semaphoreChains(b *testing.B, c *fencingtest.Cluster, name string, limit, waiters int) [2]*releaseChain {
 	name = "vs-concurrency-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	ours := &releaseChain{c: c, limit: limit, waiters: waiters, touches: limit > 1}
 	obvious := &releaseChain{c: c, limit: limit, waiters: waiters, prefix: "obvious/" + name + "/"}
@@ -430,7 +431,7 @@ func (m *obviousSemaphore) acquire(ctx context.Context) (func(context.Context) e
 // writer 2 queued, and so on the time taken to queue the readers.
 func BenchmarkRWMutexHandoff(b *testing.B) {
 	c := cluster(b)
-	ctx := etcdtest.Context(b, 30*time.Minute)
+	ctx := fencingtest.Context(b, 30*time.Minute)
 	for _, readers := range []int{1, 10, 100} {
 		b.Run("readers="+strconv.Itoa(readers), func(b *testing.B) {
 			name := fmt.Sprintf("rw-handoff-%d-%s", readers, strconv.FormatInt(time.Now().UnixNano(), 36))
@@ -462,7 +463,7 @@ func BenchmarkRWMutexHandoff(b *testing.B) {
 // its own session and client, all counting into ctr, the writers also into
 // writerCtr.
 type rwSide struct {
-	c             *etcdtest.Cluster
+	c             *fencingtest.Cluster
 	ctr           etcdtest.Counter
 	writerCtr     etcdtest.Counter // both writers' clients
 	writerWatches watchStats       // both writers' clients
@@ -472,15 +473,15 @@ type rwSide struct {
 	rlock         func() (unlock func() error, err error)
 }
 
-func (s *rwSide) options(w *watchStats) []etcdtest.ClientOption {
-	opts := []etcdtest.ClientOption{etcdtest.WithCounter(&s.ctr), withWatchStats(w)}
+func (s *rwSide) options(w *watchStats) []fencingtest.ClientOption {
+	opts := []fencingtest.ClientOption{etcdtest.WithCounter(&s.ctr), withWatchStats(w)}
 	if w == &s.writerWatches {
 		opts = append(opts, etcdtest.WithCounter(&s.writerCtr))
 	}
 	return opts
 }
 
-func oursRW(b *testing.B, c *etcdtest.Cluster, ctx context.Context, name string) *rwSide {
+func oursRW(b *testing.B, c *fencingtest.Cluster, ctx context.Context, name string) *rwSide {
 	s := &rwSide{c: c}
 	var err error
 	if s.prefix, err = inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindRWLock, name); err != nil {
@@ -509,7 +510,7 @@ func oursRW(b *testing.B, c *etcdtest.Cluster, ctx context.Context, name string)
 
 // recipeRW uses a new recipe.RWMutex per call: it keeps the key of one
 // acquisition. Its calls take no context.
-func recipeRW(b *testing.B, c *etcdtest.Cluster, name string) *rwSide {
+func recipeRW(b *testing.B, c *fencingtest.Cluster, name string) *rwSide {
 	s := &rwSide{c: c, prefix: "recipe/" + name + "/"}
 	session := func(w *watchStats) *concurrency.Session {
 		cs, err := concurrency.NewSession(c.Client(b, s.options(w)...), concurrency.WithTTL(10))
@@ -555,7 +556,7 @@ func (s *rwSide) cycle(b *testing.B, ctx context.Context, readers int, res *rwRe
 		u, err := s.lock[1]()
 		writer2 <- rwAcquired{u, time.Now(), err}
 	}()
-	etcdtest.WaitFor(b, time.Minute, "writer 2's watch", func() bool { return s.writerWatches.created.Load() > armed })
+	fencingtest.WaitFor(b, time.Minute, "writer 2's watch", func() bool { return s.writerWatches.created.Load() > armed })
 	inside := make(chan rwAcquired, readers)
 	for range readers {
 		armed := s.readerWatches.created.Load()
@@ -563,9 +564,9 @@ func (s *rwSide) cycle(b *testing.B, ctx context.Context, readers int, res *rwRe
 			u, err := s.rlock()
 			inside <- rwAcquired{u, time.Now(), err}
 		}()
-		etcdtest.WaitFor(b, time.Minute, "a reader's watch", func() bool { return s.readerWatches.created.Load() > armed })
+		fencingtest.WaitFor(b, time.Minute, "a reader's watch", func() bool { return s.readerWatches.created.Load() > armed })
 	}
-	etcdtest.WaitFor(b, time.Minute, "every key queued", func() bool { return queued(b, s.c, s.prefix) == int64(readers+2) })
+	fencingtest.WaitFor(b, time.Minute, "every key queued", func() bool { return queued(b, s.c, s.prefix) == int64(readers+2) })
 
 	r0, wk0 := kvRequests(&s.ctr), s.readerWatches.wakeups.Load()
 	start := time.Now()
@@ -621,7 +622,7 @@ type acquired struct {
 
 // benchSession returns a leasehold session, TTL 10 s, on a client of its
 // own made with opts; both end with b.
-func benchSession(b *testing.B, c *etcdtest.Cluster, opts ...etcdtest.ClientOption) *fencing.Session {
+func benchSession(b *testing.B, c *fencingtest.Cluster, opts ...fencingtest.ClientOption) *fencing.Session {
 	s, err := fencing.NewSession(context.Background(), c.Client(b, opts...), fencing.WithTTL(10*time.Second))
 	if err != nil {
 		b.Fatal(err)
@@ -643,7 +644,7 @@ func kvRequests(ctr *etcdtest.Counter) int {
 }
 
 // touched counts the keys under prefix written again since their creation.
-func touched(b *testing.B, c *etcdtest.Cluster, prefix string) int {
+func touched(b *testing.B, c *fencingtest.Cluster, prefix string) int {
 	resp, err := c.Admin.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		b.Fatal(err)
@@ -671,7 +672,7 @@ func (w *watchStats) idle(d time.Duration) bool {
 	return w.calls.Load() == 0 && w.creates.Load() == w.created.Load() && time.Now().UnixNano()-w.last.Load() >= d.Nanoseconds()
 }
 
-func withWatchStats(w *watchStats) etcdtest.ClientOption {
+func withWatchStats(w *watchStats) fencingtest.ClientOption {
 	return func(cfg *clientv3.Config) { cfg.DialOptions = append(cfg.DialOptions, grpc.WithStatsHandler(w)) }
 }
 

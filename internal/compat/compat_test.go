@@ -15,10 +15,10 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -83,7 +83,7 @@ func TestCompat(t *testing.T) {
 // lock: Lock gives a positive token, Unlock removes the key.
 func testLock(t *testing.T, srv *server) {
 	cli := srv.client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	h, err := mutex(t, session(t, cli), "compat/lock").Lock(ctx)
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
@@ -106,7 +106,7 @@ func testLock(t *testing.T, srv *server) {
 // writing nothing (the store's revision does not move).
 func testTryLock(t *testing.T, srv *server) {
 	cli := srv.client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	const name = "compat/trylock"
 	h, err := mutex(t, session(t, cli), name).Lock(ctx)
 	if err != nil {
@@ -139,7 +139,7 @@ func testTryLock(t *testing.T, srv *server) {
 // when A unlocks.
 func testHandoff(t *testing.T, srv *server) {
 	cli := srv.client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	const name = "compat/handoff"
 	a, err := mutex(t, session(t, cli), name).Lock(ctx)
 	if err != nil {
@@ -156,7 +156,7 @@ func testHandoff(t *testing.T, srv *server) {
 		got <- result{h, err}
 	}()
 	prefix := queue(t, fencing.KindLock, name)
-	etcdtest.WaitFor(t, wait, "B's key queued behind A's", func() bool {
+	fencingtest.WaitFor(t, wait, "B's key queued behind A's", func() bool {
 		return len(keysUnder(t, cli, prefix)) == 2
 	})
 	select {
@@ -189,7 +189,7 @@ func testHandoff(t *testing.T, srv *server) {
 // nothing.
 func testGuardedTxn(t *testing.T, srv *server) {
 	cli := srv.client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	data := dataKey(t, cli, "txn")
 	h, err := mutex(t, session(t, cli), "compat/txn").Lock(ctx)
 	if err != nil {
@@ -236,7 +236,7 @@ func testGuardedTxn(t *testing.T, srv *server) {
 // are refused.
 func testWatchKeyDeletion(t *testing.T, srv *server) {
 	cli := srv.client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	data := dataKey(t, cli, "watch")
 	h, err := mutex(t, session(t, cli), "compat/watch").Lock(ctx)
 	if err != nil {
@@ -276,7 +276,7 @@ func testWatchKeyDeletion(t *testing.T, srv *server) {
 // Resign, Leader with nobody leading.
 func testElection(t *testing.T, srv *server) {
 	cli := srv.client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	const name = "compat/election"
 	e := newElection(t, session(t, cli), name)
 
@@ -337,7 +337,7 @@ func testElection(t *testing.T, srv *server) {
 // Return by default) returns nil and leaves no key.
 func testRun(t *testing.T, srv *server) {
 	cli := srv.client(t)
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	const name = "compat/run"
 	data := dataKey(t, cli, "run")
 	runs := 0 // Run returns only after work has: no race
@@ -366,7 +366,7 @@ func testRun(t *testing.T, srv *server) {
 // under it, and is refused one outside it with etcd's permission error,
 // leaving no key.
 func testAuth(t *testing.T, srv *server) {
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	admin := srv.client(t)
 	for _, step := range []func() error{
 		func() error { _, err := admin.UserAdd(ctx, "root", "root"); return err },
@@ -427,18 +427,18 @@ type server struct {
 // only and requires a client certificate signed by its CA.
 func startServer(t *testing.T, bin string, secure bool) *server {
 	t.Helper()
-	var certs *etcdtest.Certs
+	var certs *fencingtest.Certs
 	if secure {
 		dir := t.TempDir()
 		var err error
-		if certs, err = etcdtest.NewCerts(dir); err != nil {
+		if certs, err = fencingtest.NewCerts(dir); err != nil {
 			t.Fatalf("certificates: %v", err)
 		}
 		// NewCerts keeps the server's pair unexported; it writes it next to
 		// the client's as server.pem and server-key.pem.
 		for _, f := range []string{"server.pem", "server-key.pem"} {
 			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-				t.Fatalf("etcdtest.NewCerts no longer writes %s: %v", f, err)
+				t.Fatalf("fencingtest.NewCerts no longer writes %s: %v", f, err)
 			}
 		}
 	}
@@ -457,13 +457,13 @@ func startServer(t *testing.T, bin string, secure bool) *server {
 	return nil
 }
 
-func tryStart(t *testing.T, bin string, certs *etcdtest.Certs) (*server, error) {
+func tryStart(t *testing.T, bin string, certs *fencingtest.Certs) (*server, error) {
 	t.Helper()
-	clientAddr, err := etcdtest.FreeAddr()
+	clientAddr, err := fencingtest.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	peerAddr, err := etcdtest.FreeAddr()
+	peerAddr, err := fencingtest.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -500,7 +500,7 @@ func tryStart(t *testing.T, bin string, certs *etcdtest.Certs) (*server, error) 
 	var output etcdtest.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &output, &output
-	etcdtest.SetDeathSignal(cmd)
+	fencingtest.SetDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -614,7 +614,7 @@ func queue(t *testing.T, kind fencing.Kind, name string) string {
 // keysUnder lists the keys under prefix.
 func keysUnder(t *testing.T, cli *clientv3.Client, prefix string) []string {
 	t.Helper()
-	resp, err := cli.Get(etcdtest.Context(t, wait), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := cli.Get(fencingtest.Context(t, wait), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatalf("list %q: %v", prefix, err)
 	}
@@ -628,7 +628,7 @@ func keysUnder(t *testing.T, cli *clientv3.Client, prefix string) []string {
 // revision is the store's current revision.
 func revision(t *testing.T, cli *clientv3.Client) int64 {
 	t.Helper()
-	resp, err := cli.Get(etcdtest.Context(t, wait), "compat-data/", clientv3.WithCountOnly())
+	resp, err := cli.Get(fencingtest.Context(t, wait), "compat-data/", clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatalf("read revision: %v", err)
 	}
@@ -638,7 +638,7 @@ func revision(t *testing.T, cli *clientv3.Client) int64 {
 // value reads key ("" when missing).
 func value(t *testing.T, cli *clientv3.Client, key string) string {
 	t.Helper()
-	resp, err := cli.Get(etcdtest.Context(t, wait), key)
+	resp, err := cli.Get(fencingtest.Context(t, wait), key)
 	if err != nil {
 		t.Fatalf("get %q: %v", key, err)
 	}

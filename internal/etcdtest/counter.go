@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/leasehold/leasehold/fencing/fencingtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
 )
 
@@ -97,3 +100,10 @@ func (c *Counter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Con
 
 // HandleConn implements stats.Handler.
 func (c *Counter) HandleConn(context.Context, stats.ConnStats) {}
+
+// WithCounter makes the client count its requests in ctr.
+func WithCounter(ctr *Counter) fencingtest.ClientOption {
+	return func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithStatsHandler(ctr))
+	}
+}

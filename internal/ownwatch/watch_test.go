@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { fencingtest.Main(m) }
 
 const wait = 30 * time.Second
 
@@ -26,7 +26,7 @@ type owned struct {
 
 func own(t *testing.T, cli *clientv3.Client, reg *ownwatch.Registry, key string) owned {
 	t.Helper()
-	ctx := etcdtest.Context(t, wait)
+	ctx := fencingtest.Context(t, wait)
 	g, err := cli.Grant(ctx, 60)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func own(t *testing.T, cli *clientv3.Client, reg *ownwatch.Registry, key string)
 
 // Once Watch returns (armed), a deletion is seen, and the cause says so.
 func TestArmedWatchSeesDeletion(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	o := own(t, c.Client(t), new(ownwatch.Registry), "armed")
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
 	defer cancel()
@@ -53,7 +53,7 @@ func TestArmedWatchSeesDeletion(t *testing.T) {
 		t.Fatalf("armed watch of a live key already ended: %v", context.Cause(ctx))
 	}
 	c.Delete(t, o.Key)
-	if cause := etcdtest.Ended(t, ctx, wait, "deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) || errors.Is(cause, errExpired) {
+	if cause := fencingtest.Ended(t, ctx, wait, "deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) || errors.Is(cause, errExpired) {
 		t.Errorf("cause %v, want ErrKeyDeleted alone", cause)
 	}
 }
@@ -61,12 +61,12 @@ func TestArmedWatchSeesDeletion(t *testing.T) {
 // Start returns before arming; a deletion made before the watch was armed is
 // found by the read arming ends with, and Armed closes either way.
 func TestStartFindsDeletionBeforeArming(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	o := own(t, c.Client(t), new(ownwatch.Registry), "before-arming")
 	c.Delete(t, o.Key)
 	w := ownwatch.Start(context.Background(), o.Owner)
 	defer w.Stop(context.Canceled)
-	if cause := etcdtest.Ended(t, w.Context(), wait, "deleted before Start"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+	if cause := fencingtest.Ended(t, w.Context(), wait, "deleted before Start"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
 		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 	<-w.Armed()
@@ -74,7 +74,7 @@ func TestStartFindsDeletionBeforeArming(t *testing.T) {
 
 // Each way of losing ownership ends the context with its own cause.
 func TestCauseOfEachLoss(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	cli := c.Client(t)
 	sessionLost := errors.New("test: session lost")
 	parentCause := errors.New("test: parent done")
@@ -86,7 +86,7 @@ func TestCauseOfEachLoss(t *testing.T) {
 	}{
 		{"key replaced", func(o owned, _ context.CancelCauseFunc, _ *ownwatch.Registry) {
 			c.Delete(t, o.Key)
-			if _, err := c.Admin.Put(etcdtest.Context(t, wait), o.Key, "someone else's"); err != nil {
+			if _, err := c.Admin.Put(fencingtest.Context(t, wait), o.Key, "someone else's"); err != nil {
 				t.Fatal(err)
 			}
 		}, []error{ownwatch.ErrKeyDeleted}},
@@ -107,7 +107,7 @@ func TestCauseOfEachLoss(t *testing.T) {
 			defer cancelParent(nil)
 			ctx, cancel := ownwatch.Watch(parent, o.Owner)
 			tc.lose(o, cancelParent, reg)
-			cause := etcdtest.Ended(t, ctx, wait, tc.name)
+			cause := fencingtest.Ended(t, ctx, wait, tc.name)
 			for _, want := range tc.want {
 				if !errors.Is(cause, want) {
 					t.Errorf("cause %v, want it to wrap %v", cause, want)
@@ -124,20 +124,20 @@ func TestCauseOfEachLoss(t *testing.T) {
 // A broken watch stream (the member restarted) is resumed, not turned into a
 // loss; a deletion after that is still seen.
 func TestBrokenStreamIsResumed(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	o := own(t, c.Client(t), new(ownwatch.Registry), "broken")
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
 	defer cancel()
 	c.Stop(0)
 	c.Restart(t, 0)
-	if _, err := c.Admin.Get(etcdtest.Context(t, wait), o.Key); err != nil { // the member serves again
+	if _, err := c.Admin.Get(fencingtest.Context(t, wait), o.Key); err != nil { // the member serves again
 		t.Fatal(err)
 	}
 	if ctx.Err() != nil {
 		t.Fatalf("a restart ended the watch: %v", context.Cause(ctx))
 	}
 	c.Delete(t, o.Key)
-	if cause := etcdtest.Ended(t, ctx, wait, "deleted after the restart"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+	if cause := fencingtest.Ended(t, ctx, wait, "deleted after the restart"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
 		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 }
@@ -145,20 +145,20 @@ func TestBrokenStreamIsResumed(t *testing.T) {
 // A watch resumed past a compaction (its member was down while the cluster
 // compacted) re-arms from a fresh read instead of reporting a loss.
 func TestCompactedWatchIsRearmed(t *testing.T) {
-	c := etcdtest.Three(t)
-	cli := etcdtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
+	c := fencingtest.Three(t)
+	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
 	o := own(t, cli, new(ownwatch.Registry), "compacted")
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
 	defer cancel()
 	c.CompactWhileDown(t, 0, func() {})
-	if _, err := cli.Get(etcdtest.Context(t, wait), o.Key); err != nil { // member 0 serves again
+	if _, err := cli.Get(fencingtest.Context(t, wait), o.Key); err != nil { // member 0 serves again
 		t.Fatal(err)
 	}
 	if ctx.Err() != nil {
 		t.Fatalf("compaction ended the watch: %v", context.Cause(ctx))
 	}
 	c.Delete(t, o.Key)
-	if cause := etcdtest.Ended(t, ctx, wait, "deleted after the compaction"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+	if cause := fencingtest.Ended(t, ctx, wait, "deleted after the compaction"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
 		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 }
@@ -166,7 +166,7 @@ func TestCompactedWatchIsRearmed(t *testing.T) {
 // Registries are independent: a loss on one reaches no watch of another,
 // even for the same key.
 func TestRegistriesAreIndependent(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	regA, regB := new(ownwatch.Registry), new(ownwatch.Registry)
 	o := own(t, c.Client(t), regB, "shared-name")
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
@@ -188,7 +188,7 @@ func TestRegistriesAreIndependent(t *testing.T) {
 // session waits for it; a session that has ended starts none, and the
 // watch ends at once with the session's cause.
 func TestWatchGoroutineBelongsToTheSession(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	o := own(t, c.Client(t), new(ownwatch.Registry), "owned-goroutine")
 	var started int
 	o.Go = func(f func()) bool { started++; go f(); return true }

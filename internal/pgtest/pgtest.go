@@ -5,7 +5,7 @@
 // `apt-get install -y postgresql`). initdb and postgres refuse to run as
 // root, so when the test runs as root they run as the system user postgres.
 // The server dies with the test binary, even one that is killed; Stop, which
-// etcdtest.Main runs after the tests, shuts it down and removes its files.
+// fencingtest.Main runs after the tests, shuts it down and removes its files.
 package pgtest
 
 import (
@@ -33,8 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
-
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 )
 
 const (
@@ -110,8 +109,8 @@ var shared struct {
 // is remembered and reported to every caller with t.Fatal. If the PostgreSQL
 // binaries are missing, Shared calls t.Skip saying how to install them, or,
 // when the environment has CI=true, t.Fatal: in CI a missing server is a
-// failure, not a skip. Once the server is started, etcdtest.Main stops it
-// after the tests (through etcdtest.AtExit); a binary with another TestMain
+// failure, not a skip. Once the server is started, fencingtest.Main stops it
+// after the tests (through fencingtest.AtExit); a binary with another TestMain
 // must call Stop itself after m.Run. A binary that dies without Stop takes
 // the server with it (on Linux, by a parent-death signal), and the next
 // start removes the directory it left.
@@ -123,7 +122,7 @@ func Shared(t testing.TB) *Server {
 		shared.srv, shared.err = s, err
 		shared.mu.Unlock()
 		if err == nil {
-			etcdtest.AtExit(Stop)
+			fencingtest.AtExit(Stop)
 		}
 	})
 	shared.mu.Lock()

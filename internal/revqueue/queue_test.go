@@ -6,17 +6,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/revqueue"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { fencingtest.Main(m) }
 
 // Only the direct successor of a departing key wakes, and a waiter whose
 // predecessor was not the owner re-reads the queue instead of acquiring.
 func TestWaitFollowsPredecessors(t *testing.T) {
-	c := etcdtest.Single(t)
-	ctx := etcdtest.Context(t, 30*time.Second)
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, 30*time.Second)
 	g, err := c.Admin.Grant(ctx, 30)
 	if err != nil {
 		t.Fatal(err)
@@ -39,12 +40,12 @@ func TestWaitFollowsPredecessors(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- q.Wait(ctx, entries[2], context.Background()) }()
-	etcdtest.WaitFor(t, 10*time.Second, "the watch on b", func() bool { return ctr.Requests("Watch") >= 1 })
+	fencingtest.WaitFor(t, 10*time.Second, "the watch on b", func() bool { return ctr.Requests("Watch") >= 1 })
 	// The middle waiter gives up: the last one must re-read and watch the
 	// first key, not acquire while it still owns.
 	c.Delete(t, "q/b")
 	// Requests so far: 4 enqueues and the re-read; watches on b, then a.
-	etcdtest.WaitFor(t, 10*time.Second, "the watch on a", func() bool {
+	fencingtest.WaitFor(t, 10*time.Second, "the watch on a", func() bool {
 		return ctr.Requests("Txn") >= 5 && ctr.Requests("Watch") >= 2
 	})
 	select {
@@ -59,8 +60,8 @@ func TestWaitFollowsPredecessors(t *testing.T) {
 }
 
 func TestWaitReportsDeletedOwnKey(t *testing.T) {
-	c := etcdtest.Single(t)
-	ctx := etcdtest.Context(t, 30*time.Second)
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, 30*time.Second)
 	g, err := c.Admin.Grant(ctx, 30)
 	if err != nil {
 		t.Fatal(err)

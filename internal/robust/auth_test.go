@@ -8,9 +8,8 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
@@ -18,13 +17,13 @@ import (
 // data's) can use every API; a user allowed nothing gets a permission error
 // and leaves no key behind.
 func TestAuthLimitedToPrefixes(t *testing.T) {
-	c := etcdtest.Single(t)
+	c := fencingtest.Single(t)
 	c.EnableAuth(t)
 	c.AddUser(t, "svc", "leasehold/", "app/")
 	c.AddUser(t, "nobody")
-	ctx := etcdtest.Context(t, time.Minute)
+	ctx := fencingtest.Context(t, time.Minute)
 
-	svc := c.Client(t, etcdtest.WithAuth("svc", "svc"))
+	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"))
 	s := fencingtest.Session(t, svc)
 	h := fencingtest.Lock(t, s, "jobs/billing")
 	if _, err := fencingtest.Mutex(t, s, "jobs/billing").TryLock(ctx); !errors.Is(err, fencing.ErrLocked) {
@@ -59,7 +58,7 @@ func TestAuthLimitedToPrefixes(t *testing.T) {
 		t.Fatalf("Run: %v (work ran: %v)", err, ran)
 	}
 
-	nobody := c.Client(t, etcdtest.WithAuth("nobody", "nobody"))
+	nobody := c.Client(t, fencingtest.WithAuth("nobody", "nobody"))
 	ns, err := fencing.NewSession(ctx, nobody)
 	if err == nil {
 		t.Cleanup(func() { ns.Close(context.Background()) })

@@ -9,10 +9,10 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/fencingtest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -25,14 +25,14 @@ import (
 func TestGrantOfSubtree(t *testing.T) {
 	for _, root := range []string{fencing.DefaultRoot, "billing/locks/"} {
 		t.Run(root, func(t *testing.T) {
-			c := etcdtest.Single(t)
+			c := fencingtest.Single(t)
 			c.EnableAuth(t)
 			grant, err := inspect.SubtreePrefix(root, "teamA/")
 			if err != nil {
 				t.Fatal(err)
 			}
 			c.AddUser(t, "teamA", grant, "data/teamA/")
-			cli := c.Client(t, etcdtest.WithAuth("teamA", "teamA"))
+			cli := c.Client(t, fencingtest.WithAuth("teamA", "teamA"))
 			opts := []fencing.SessionOption{fencing.WithRoot(root)}
 			for _, name := range []string{"teamA/x", "teamA/y/z", "teamA/"} {
 				granted(t, cli, opts, name)
@@ -50,7 +50,7 @@ func TestGrantOfSubtree(t *testing.T) {
 // granted uses every API on name.
 func granted(t *testing.T, cli *clientv3.Client, opts []fencing.SessionOption, name string) {
 	t.Helper()
-	ctx := etcdtest.Context(t, time.Minute)
+	ctx := fencingtest.Context(t, time.Minute)
 	s, other := fencingtest.Session(t, cli, opts...), fencingtest.Session(t, cli, opts...)
 	h, err := fencingtest.Mutex(t, s, name).Lock(ctx)
 	if err != nil {
@@ -146,7 +146,7 @@ func denied(t *testing.T, cli *clientv3.Client, opts []fencing.SessionOption, na
 			t.Errorf("%s(%q) outside the grant: %v; want ErrPermissionDenied", call, name, err)
 		}
 		if strings.HasPrefix(call, "Run") {
-			fencingtest.NamesPackageOnce(t, "election", err)
+			etcdtest.NamesPackageOnce(t, "election", err)
 		}
 	}
 }

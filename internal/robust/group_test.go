@@ -12,9 +12,9 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -42,7 +42,7 @@ func groupNameList() []string {
 // counter must count each increment once (acknowledged ones all there), and
 // once the faults stop the group must be balanced again.
 func TestGroupUnderFaults(t *testing.T) {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	maxTime, _ := runLength()
 	hist := watchHistory(t, c, "")
 	h := newHarness(t, c, "group", groupName)
@@ -91,10 +91,10 @@ func TestGroupUnderFaults(t *testing.T) {
 
 // waitGroupBalanced waits until inspect reports n replicas, every name led by
 // the replica the group assigns it to, none over its cap.
-func waitGroupBalanced(t *testing.T, c *etcdtest.Cluster, n int) {
+func waitGroupBalanced(t *testing.T, c *fencingtest.Cluster, n int) {
 	var last inspect.Group
 	var lastErr error
-	etcdtest.WaitFor(t, time.Minute, fmt.Sprintf("the group balanced over %d replicas", n), func() bool {
+	fencingtest.WaitFor(t, time.Minute, fmt.Sprintf("the group balanced over %d replicas", n), func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		last, lastErr = inspect.ReadGroup(ctx, c.Admin, fencing.DefaultRoot, groupName)

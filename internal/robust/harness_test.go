@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -19,7 +19,7 @@ import (
 // harness runs the workers and injects the faults.
 type harness struct {
 	t      *testing.T
-	c      *etcdtest.Cluster
+	c      *fencingtest.Cluster
 	impl   string
 	store  string   // the store's URL; for the group workload, the group
 	helper string   // the helper subprocess workers run: "worker" unless set
@@ -31,19 +31,19 @@ type harness struct {
 	readers sync.WaitGroup // forward subprocess output to events
 
 	mu     sync.Mutex
-	links  map[string]*etcdtest.Link // guarded by mu: every worker's link, by worker
-	procs  map[string]*etcdtest.Proc // guarded by mu: running subprocess workers, by worker
-	holder string                    // guarded by mu: the worker that acquired last
-	busy   map[any]bool              // guarded by mu: links, processes and members under a fault now
-	next   int                       // guarded by mu: numbers new subprocess workers
-	done   []chan struct{}           // guarded by mu: ends of fault goroutines
+	links  map[string]*fencingtest.Link // guarded by mu: every worker's link, by worker
+	procs  map[string]*fencingtest.Proc // guarded by mu: running subprocess workers, by worker
+	holder string                       // guarded by mu: the worker that acquired last
+	busy   map[any]bool                 // guarded by mu: links, processes and members under a fault now
+	next   int                          // guarded by mu: numbers new subprocess workers
+	done   []chan struct{}              // guarded by mu: ends of fault goroutines
 }
 
 // newHarness returns a harness for impl's workers on c; store is the
 // store's URL (the group's name, for the group workload).
-func newHarness(t *testing.T, c *etcdtest.Cluster, impl, store string) *harness {
+func newHarness(t *testing.T, c *fencingtest.Cluster, impl, store string) *harness {
 	return &harness{t: t, c: c, impl: impl, store: store, events: make(chan event, 4096),
-		faults: map[string]int{}, links: map[string]*etcdtest.Link{}, procs: map[string]*etcdtest.Proc{},
+		faults: map[string]int{}, links: map[string]*fencingtest.Link{}, procs: map[string]*fencingtest.Proc{},
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))}
 }
 
@@ -88,7 +88,7 @@ func (h *harness) inProcess(ctx context.Context, wg *sync.WaitGroup, name string
 
 func (h *harness) subprocess(name string) {
 	link := h.c.NewLink(h.t)
-	p := etcdtest.StartHelper(h.t, cmp.Or(h.helper, "worker"), append([]string{name, h.impl, h.store}, link.Endpoints()...)...)
+	p := fencingtest.StartHelper(h.t, cmp.Or(h.helper, "worker"), append([]string{name, h.impl, h.store}, link.Endpoints()...)...)
 	h.mu.Lock()
 	h.links[name] = link
 	h.procs[name] = p
@@ -157,7 +157,7 @@ func (h *harness) blackhole() {
 
 // target picks the holder if it is in m (most of the time), else anyone.
 // It is called with mu held.
-func (h *harness) target(m map[string]*etcdtest.Link) string {
+func (h *harness) target(m map[string]*fencingtest.Link) string {
 	return pick(h.rng, h.holder, m)
 }
 
@@ -214,7 +214,7 @@ func (h *harness) sigkill() {
 	h.subprocess(name)
 }
 
-func (h *harness) pickProc() *etcdtest.Proc {
+func (h *harness) pickProc() *fencingtest.Proc {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.procs[pick(h.rng, h.holder, h.procs)]
@@ -283,7 +283,7 @@ func (h *harness) count(kind string) {
 // stopAll ends the subprocess workers: end of input stops them.
 func (h *harness) stopAll() {
 	h.mu.Lock()
-	var procs []*etcdtest.Proc
+	var procs []*fencingtest.Proc
 	for _, p := range h.procs {
 		procs = append(procs, p)
 	}

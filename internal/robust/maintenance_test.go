@@ -17,8 +17,8 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -91,7 +91,7 @@ type maintenance struct {
 }
 
 func runMaintenance(t *testing.T, impl string) *maintenance {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	m := &maintenance{impl: impl, errs: map[string]int{}, refused: map[string]int{},
 		acked: map[string]bool{}, unknown: map[string]bool{}, refusedIDs: map[string]bool{}}
 	t.Cleanup(func() {
@@ -121,7 +121,7 @@ func runMaintenance(t *testing.T, impl string) *maintenance {
 // drive runs the maintenance: rounds of rolling restarts with leader
 // transfers in between, and one member replaced halfway, letting the
 // workload make progress after each step.
-func (m *maintenance) drive(t *testing.T, c *etcdtest.Cluster) {
+func (m *maintenance) drive(t *testing.T, c *fencingtest.Cluster) {
 	rounds, transfers := 1, 4
 	if os.Getenv("LEASEHOLD_MAINTENANCE_LONG") != "" {
 		rounds, transfers = 2, 20
@@ -156,7 +156,7 @@ func (m *maintenance) progress(t *testing.T, what string) {
 	m.mu.Lock()
 	want := m.increments + 5
 	m.mu.Unlock()
-	etcdtest.WaitFor(t, time.Minute, what, func() bool {
+	fencingtest.WaitFor(t, time.Minute, what, func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return m.increments >= want
@@ -457,8 +457,8 @@ func (m *maintenance) concurrencyCandidate(ctx context.Context, cli *clientv3.Cl
 // everything stopped: every put must be the one before plus one (else an
 // update was lost), every acknowledged increment must be there, no refused
 // one may be.
-func (m *maintenance) settle(t *testing.T, c *etcdtest.Cluster) {
-	ctx := etcdtest.Context(t, time.Minute)
+func (m *maintenance) settle(t *testing.T, c *fencingtest.Cluster) {
+	ctx := fencingtest.Context(t, time.Minute)
 	now, err := c.Admin.Get(ctx, maintCounter)
 	if err != nil {
 		t.Fatal(err)
@@ -531,7 +531,7 @@ func (m *maintenance) report(t *testing.T) {
 
 // logKeys logs every key of the library, oldest first, with its lease's
 // time left.
-func logKeys(t *testing.T, c *etcdtest.Cluster) {
+func logKeys(t *testing.T, c *fencingtest.Cluster) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := c.Admin.Get(ctx, fencing.DefaultRoot, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))

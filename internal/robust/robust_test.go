@@ -14,16 +14,16 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestMain(m *testing.M) {
-	etcdtest.RegisterHelper("worker", workerHelper)
-	etcdtest.RegisterHelper("group-worker", groupWorkerHelper)
-	etcdtest.RegisterHelper("sql-worker", sqlWorkerHelper)
-	etcdtest.RegisterHelper("shared-worker", sharedWorkerHelper)
-	etcdtest.Main(m)
+	fencingtest.RegisterHelper("worker", workerHelper)
+	fencingtest.RegisterHelper("group-worker", groupWorkerHelper)
+	fencingtest.RegisterHelper("sql-worker", sqlWorkerHelper)
+	fencingtest.RegisterHelper("shared-worker", sharedWorkerHelper)
+	fencingtest.Main(m)
 }
 
 // runLength says how long a workload runs: 25 s of faults, or with
@@ -116,7 +116,7 @@ type run struct {
 type keyLife struct{ created, deleted int64 }
 
 func runWorkload(t *testing.T, impl string, enforce bool) *run {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	maxTime, minOwners := runLength()
 	st := &store{enforce: enforce}
 	srv := httptest.NewServer(st)
@@ -171,7 +171,7 @@ type history struct {
 	raw   []*clientv3.Event   // guarded by mu: every event, in order
 }
 
-func watchHistory(t *testing.T, c *etcdtest.Cluster, prefix string) *history {
+func watchHistory(t *testing.T, c *fencingtest.Cluster, prefix string) *history {
 	resp, err := c.Admin.Get(t.Context(), "robust/none")
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +221,7 @@ func (h *history) progress() int64 {
 
 // events waits until the history has seen everything written so far, and
 // returns every event, in order.
-func (h *history) events(t *testing.T, c *etcdtest.Cluster) []*clientv3.Event {
+func (h *history) events(t *testing.T, c *fencingtest.Cluster) []*clientv3.Event {
 	resp, err := c.Admin.Get(t.Context(), "robust/none")
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func (h *history) events(t *testing.T, c *etcdtest.Cluster) []*clientv3.Event {
 
 // until waits until the history has seen rev, and returns it.
 func (h *history) until(t *testing.T, rev int64) []*keyLife {
-	etcdtest.WaitFor(t, time.Minute, "the history to catch up", func() bool { return h.progress() >= rev })
+	fencingtest.WaitFor(t, time.Minute, "the history to catch up", func() bool { return h.progress() >= rev })
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lives

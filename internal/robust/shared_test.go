@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -40,7 +40,7 @@ func TestSemaphoreUnderFaults(t *testing.T) { sharedUnderFaults(t, fencing.KindS
 func TestRWMutexUnderFaults(t *testing.T) { sharedUnderFaults(t, fencing.KindRWLock) }
 
 func sharedUnderFaults(t *testing.T, kind fencing.Kind) {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	maxTime, _ := runLength()
 	hist := watchHistory(t, c, "")
 	h := newHarness(t, c, string(kind), "")
@@ -63,7 +63,7 @@ func sharedUnderFaults(t *testing.T, kind fencing.Kind) {
 	h.stopAll()
 	wg.Wait()
 	all := events()
-	etcdtest.WaitFor(t, time.Minute, "every key of the workload gone (killed workers' leases expire)", func() bool {
+	fencingtest.WaitFor(t, time.Minute, "every key of the workload gone (killed workers' leases expire)", func() bool {
 		return len(c.Keys(t, queuePrefix(kind))) == 0
 	})
 	r := checkShared(kind, hist.events(t, c))

@@ -13,8 +13,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/sqlfence"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -69,14 +69,14 @@ type sqlRun struct {
 type sqlRow struct{ value, token int64 }
 
 func runSQLWorkload(t *testing.T, pg *pgtest.Server, mode string) *sqlRun {
-	c := etcdtest.Three(t)
+	c := fencingtest.Three(t)
 	dsn := pg.NewDatabase(t)
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	ctx := etcdtest.Context(t, time.Minute)
+	ctx := fencingtest.Context(t, time.Minute)
 	fence, err := sqlfence.New(db, sqlfence.PostgreSQL)
 	if err != nil {
 		t.Fatal(err)

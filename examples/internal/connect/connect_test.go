@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { fencingtest.Main(m) }
 
 func parse(t *testing.T, args ...string) *Config {
 	t.Helper()
@@ -26,7 +26,7 @@ func parse(t *testing.T, args ...string) *Config {
 }
 
 func TestDialTLS(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	ep := strings.TrimPrefix(c.Endpoints()[0], "https://")
 	cli, err := parse(t, "--endpoints", ep, "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key).Dial(t.Context())
 	if err != nil {
@@ -41,7 +41,7 @@ func TestDialTLS(t *testing.T) {
 // Every way of not reaching etcd ends within the dial timeout with an error
 // that names the endpoint and the reason.
 func TestDialFailsClearly(t *testing.T) {
-	c := etcdtest.SingleTLS(t)
+	c := fencingtest.SingleTLS(t)
 	ep := c.Endpoints()[0]
 	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never speaks
 	if err != nil {

@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { fencingtest.Main(m) }
 
 // Every way a command line or a run can end maps to one exit status, and
 // a bad command line reads as the program wrote it.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
@@ -22,11 +23,11 @@ const mainHelper = "progtest-main"
 // Start it runs main (which exits on its own), otherwise the tests, with
 // etcdtest's leak check.
 func Main(m *testing.M, main func()) {
-	etcdtest.RegisterHelper(mainHelper, func([]string) int {
+	fencingtest.RegisterHelper(mainHelper, func([]string) int {
 		main() // it reads os.Args itself
 		return 0
 	})
-	etcdtest.Main(m)
+	fencingtest.Main(m)
 }
 
 // Prog is one run of the program.
@@ -41,7 +42,7 @@ type Prog struct {
 // added to the test's environment. t.Cleanup kills it if it still runs.
 func Start(t testing.TB, env []string, args ...string) *Prog {
 	t.Helper()
-	p := &Prog{cmd: etcdtest.HelperCommand(t, mainHelper, args...), done: make(chan struct{})}
+	p := &Prog{cmd: fencingtest.HelperCommand(t, mainHelper, args...), done: make(chan struct{})}
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if p.cmd.SysProcAttr == nil {
@@ -124,7 +125,7 @@ func (p *Prog) Stderr() string { return p.stderr.String() }
 // program exits first.
 func (p *Prog) WaitStderr(t testing.TB, d time.Duration, s string) {
 	t.Helper()
-	etcdtest.WaitFor(t, d, fmt.Sprintf("%q on stderr", s), func() bool {
+	fencingtest.WaitFor(t, d, fmt.Sprintf("%q on stderr", s), func() bool {
 		if strings.Contains(p.Stderr(), s) {
 			return true
 		}
@@ -139,7 +140,7 @@ func (p *Prog) WaitStderr(t testing.TB, d time.Duration, s string) {
 // use, a TLS cluster verified with the wrong CA and a port nothing listens
 // on, and fails t unless each run exits 1 within d naming the endpoint on
 // stderr. args are added to both runs.
-func CheckConnectFailures(t testing.TB, c *etcdtest.Cluster, d time.Duration, env []string, args ...string) {
+func CheckConnectFailures(t testing.TB, c *fencingtest.Cluster, d time.Duration, env []string, args ...string) {
 	t.Helper()
 	ep := c.Endpoints()[0]
 	for _, tc := range []struct {

@@ -1,11 +1,10 @@
-package etcdtest
+package fencingtest
 
 import (
 	"context"
 	"errors"
 	"os"
 	"strings"
-	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -16,7 +15,7 @@ import (
 // running member, as etcdctl move-leader does, and returns both indexes.
 // etcd refuses a transferee that has not caught up (after a restart, say):
 // it is asked again until the transfer is made.
-func (c *Cluster) MoveLeader(t testing.TB) (from, to int) {
+func (c *Cluster) MoveLeader(t TB) (from, to int) {
 	t.Helper()
 	var err error
 	WaitFor(t, time.Minute, "a leader transfer", func() bool {
@@ -51,12 +50,12 @@ func (c *Cluster) moveLeader() (from, to int, err error) {
 // ReplaceMember removes member i from the cluster, wipes its data, adds it
 // back as a new member (a new ID, same name and ports) and starts it empty:
 // it catches up from the others, as a member whose disk was replaced does.
-func (c *Cluster) ReplaceMember(t testing.TB, i int) {
+func (c *Cluster) ReplaceMember(t TB, i int) {
 	t.Helper()
 	m := c.Members[i]
 	e := m.server()
 	if e == nil {
-		t.Fatalf("etcdtest: replace %s: not running", m.Name)
+		t.Fatalf("fencingtest: replace %s: not running", m.Name)
 	}
 	id := uint64(e.Server.MemberID())
 	// etcd refuses to remove a member until the others have been connected
@@ -70,18 +69,18 @@ func (c *Cluster) ReplaceMember(t testing.TB, i int) {
 		return !errors.Is(err, rpctypes.ErrUnhealthy)
 	})
 	if err != nil {
-		t.Fatalf("etcdtest: remove %s: %v", m.Name, err)
+		t.Fatalf("fencingtest: remove %s: %v", m.Name, err)
 	}
 	m.stop()
 	if err := os.RemoveAll(m.dir); err != nil {
-		t.Fatalf("etcdtest: wipe %s: %v", m.Name, err)
+		t.Fatalf("fencingtest: wipe %s: %v", m.Name, err)
 	}
 	WaitFor(t, time.Minute, "etcd to accept "+m.Name+" back", func() bool {
 		_, err = c.Admin.MemberAdd(Context(t, adminTimeout), []string{m.PeerURL.String()})
 		return !errors.Is(err, rpctypes.ErrUnhealthy)
 	})
 	if err != nil {
-		t.Fatalf("etcdtest: add %s back: %v", m.Name, err)
+		t.Fatalf("fencingtest: add %s back: %v", m.Name, err)
 	}
 	var initial []string
 	for _, o := range c.Members {
@@ -89,13 +88,13 @@ func (c *Cluster) ReplaceMember(t testing.TB, i int) {
 	}
 	m.cluster = strings.Join(initial, ",")
 	if err := m.start("existing"); err != nil {
-		t.Fatalf("etcdtest: start %s anew: %v", m.Name, err)
+		t.Fatalf("fencingtest: start %s anew: %v", m.Name, err)
 	}
 }
 
 // isMember reports whether the cluster still lists member id (true when it
 // cannot tell).
-func (c *Cluster) isMember(t testing.TB, id uint64) bool {
+func (c *Cluster) isMember(t TB, id uint64) bool {
 	resp, err := c.Admin.MemberList(Context(t, adminTimeout))
 	if err != nil {
 		return true

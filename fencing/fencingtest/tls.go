@@ -1,4 +1,4 @@
-package etcdtest
+package fencingtest
 
 import (
 	"crypto/ecdsa"
@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -34,11 +33,16 @@ type Certs struct {
 // SingleTLS starts a one-member cluster that serves https only and requires
 // a client certificate signed by its CA. Admin and Client connect with the
 // good certificate.
-func SingleTLS(t testing.TB) *Cluster {
+func SingleTLS(t TB) *Cluster {
 	t.Helper()
-	certs, err := NewCerts(t.TempDir())
+	dir, err := os.MkdirTemp("", "fencingtest-certs-")
 	if err != nil {
-		t.Fatalf("etcdtest: certificates: %v", err)
+		t.Fatalf("fencingtest: certificates: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	certs, err := NewCerts(dir)
+	if err != nil {
+		t.Fatalf("fencingtest: certificates: %v", err)
 	}
 	var c *Cluster
 	for range 5 { // free ports can be taken between finding and binding them
@@ -47,7 +51,7 @@ func SingleTLS(t testing.TB) *Cluster {
 		}
 	}
 	if err != nil {
-		t.Fatalf("etcdtest: %v", err)
+		t.Fatalf("fencingtest: %v", err)
 	}
 	t.Cleanup(c.Close)
 	return c

@@ -1,9 +1,8 @@
-package etcdtest
+package fencingtest
 
 import (
 	"fmt"
 	"strconv"
-	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,54 +13,54 @@ const adminTimeout = 10 * time.Second
 // Compact compacts the cluster's history up to the current revision and
 // returns that revision: every watch that starts, or lags, before it is
 // cancelled by the server with a compaction error.
-func (c *Cluster) Compact(t testing.TB) int64 {
+func (c *Cluster) Compact(t TB) int64 {
 	t.Helper()
 	ctx := Context(t, adminTimeout)
 	resp, err := c.Admin.Get(ctx, "\x00")
 	if err != nil {
-		t.Fatalf("etcdtest: compact: read revision: %v", err)
+		t.Fatalf("fencingtest: compact: read revision: %v", err)
 	}
 	rev := resp.Header.Revision
 	if _, err := c.Admin.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatalf("etcdtest: compact to %d: %v", rev, err)
+		t.Fatalf("fencingtest: compact to %d: %v", rev, err)
 	}
 	return rev
 }
 
 // Revoke revokes a lease from the admin client, as an operator would.
-func (c *Cluster) Revoke(t testing.TB, id clientv3.LeaseID) {
+func (c *Cluster) Revoke(t TB, id clientv3.LeaseID) {
 	t.Helper()
 	if _, err := c.Admin.Revoke(Context(t, adminTimeout), id); err != nil {
-		t.Fatalf("etcdtest: revoke %x: %v", id, err)
+		t.Fatalf("fencingtest: revoke %x: %v", id, err)
 	}
 }
 
 // Delete deletes one key from the admin client and returns how many keys went.
-func (c *Cluster) Delete(t testing.TB, key string) int64 {
+func (c *Cluster) Delete(t TB, key string) int64 {
 	t.Helper()
 	resp, err := c.Admin.Delete(Context(t, adminTimeout), key)
 	if err != nil {
-		t.Fatalf("etcdtest: delete %q: %v", key, err)
+		t.Fatalf("fencingtest: delete %q: %v", key, err)
 	}
 	return resp.Deleted
 }
 
 // Exists reports whether key exists, read linearizably from the admin client.
-func (c *Cluster) Exists(t testing.TB, key string) bool {
+func (c *Cluster) Exists(t TB, key string) bool {
 	t.Helper()
 	resp, err := c.Admin.Get(Context(t, adminTimeout), key, clientv3.WithCountOnly())
 	if err != nil {
-		t.Fatalf("etcdtest: get %q: %v", key, err)
+		t.Fatalf("fencingtest: get %q: %v", key, err)
 	}
 	return resp.Count > 0
 }
 
 // Keys returns every key under prefix, read from the admin client.
-func (c *Cluster) Keys(t testing.TB, prefix string) []string {
+func (c *Cluster) Keys(t TB, prefix string) []string {
 	t.Helper()
 	resp, err := c.Admin.Get(Context(t, adminTimeout), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
-		t.Fatalf("etcdtest: list %q: %v", prefix, err)
+		t.Fatalf("fencingtest: list %q: %v", prefix, err)
 	}
 	var keys []string
 	for _, kv := range resp.Kvs {
@@ -74,7 +73,7 @@ func (c *Cluster) Keys(t testing.TB, prefix string) []string {
 // receives the time at which the deletion of key was seen. The watch is
 // established when Deletion returns. The channel is closed without a value if
 // the test ends first.
-func (c *Cluster) Deletion(t testing.TB, key string) <-chan time.Time {
+func (c *Cluster) Deletion(t TB, key string) <-chan time.Time {
 	t.Helper()
 	wch := c.Admin.Watch(Context(t, time.Minute), key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	<-wch
@@ -129,7 +128,7 @@ func WithAuth(user, password string) ClientOption {
 
 // EnableAuth turns etcd authentication on, with a root user whose client
 // replaces Admin.
-func (c *Cluster) EnableAuth(t testing.TB) {
+func (c *Cluster) EnableAuth(t TB) {
 	t.Helper()
 	ctx := Context(t, adminTimeout)
 	for _, step := range []func() error{
@@ -138,12 +137,12 @@ func (c *Cluster) EnableAuth(t testing.TB) {
 		func() error { _, err := c.Admin.AuthEnable(ctx); return err },
 	} {
 		if err := step(); err != nil {
-			t.Fatalf("etcdtest: enable auth: %v", err)
+			t.Fatalf("fencingtest: enable auth: %v", err)
 		}
 	}
 	root, err := dial(c.Endpoints(), append(c.tlsOption(), WithAuth("root", "root"))...)
 	if err != nil {
-		t.Fatalf("etcdtest: root client: %v", err)
+		t.Fatalf("fencingtest: root client: %v", err)
 	}
 	c.Admin.Close()
 	c.Admin = root
@@ -151,25 +150,25 @@ func (c *Cluster) EnableAuth(t testing.TB) {
 
 // AddUser creates user, with password user, granted read and write on each
 // key prefix (none: a user who may touch nothing).
-func (c *Cluster) AddUser(t testing.TB, user string, prefixes ...string) {
+func (c *Cluster) AddUser(t TB, user string, prefixes ...string) {
 	t.Helper()
 	ctx := Context(t, adminTimeout)
 	if _, err := c.Admin.UserAdd(ctx, user, user); err != nil {
-		t.Fatalf("etcdtest: add user %s: %v", user, err)
+		t.Fatalf("fencingtest: add user %s: %v", user, err)
 	}
 	if len(prefixes) == 0 {
 		return
 	}
 	if _, err := c.Admin.RoleAdd(ctx, user); err != nil {
-		t.Fatalf("etcdtest: add role %s: %v", user, err)
+		t.Fatalf("fencingtest: add role %s: %v", user, err)
 	}
 	for _, p := range prefixes {
 		if _, err := c.Admin.RoleGrantPermission(ctx, user, p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
-			t.Fatalf("etcdtest: grant %s on %q: %v", user, p, err)
+			t.Fatalf("fencingtest: grant %s on %q: %v", user, p, err)
 		}
 	}
 	if _, err := c.Admin.UserGrantRole(ctx, user, user); err != nil {
-		t.Fatalf("etcdtest: grant role %s: %v", user, err)
+		t.Fatalf("fencingtest: grant role %s: %v", user, err)
 	}
 }
 
@@ -177,14 +176,14 @@ func (c *Cluster) AddUser(t testing.TB, user string, prefixes ...string) {
 // others, writes a few keys and compacts past them, then restarts i: its
 // clients reconnect and must resume their watches from a revision that is
 // gone.
-func (c *Cluster) CompactWhileDown(t testing.TB, i int, meanwhile func()) {
+func (c *Cluster) CompactWhileDown(t TB, i int, meanwhile func()) {
 	t.Helper()
 	c.Stop(i)
 	c.WaitLeader(t)
 	meanwhile()
 	for n := range 10 {
 		if _, err := c.Admin.Put(Context(t, adminTimeout), "etcdtest/filler", strconv.Itoa(n)); err != nil {
-			t.Fatalf("etcdtest: filler: %v", err)
+			t.Fatalf("fencingtest: filler: %v", err)
 		}
 	}
 	c.Compact(t)

@@ -1,10 +1,9 @@
-package etcdtest
+package fencingtest
 
 import (
 	"fmt"
 	"net/url"
 	"strings"
-	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -12,17 +11,20 @@ import (
 	"go.uber.org/zap"
 )
 
-// Link is one client's own path to the cluster: a TCP proxy per member. A
-// fault on a Link affects only the client behind it.
+// Link is one simulated process's own path to the cluster: a TCP proxy per
+// member, and for a client made by ProxiedClient a hold on its lease
+// renewals. A fault on a Link affects only the clients behind it.
 type Link struct {
-	proxies []proxy.Server
+	proxies  []proxy.Server
+	renewals stall
 }
 
 // ProxiedClient returns a client that reaches every member through its own
 // TCP proxies, and the Link that controls them. t.Cleanup closes both.
-func (c *Cluster) ProxiedClient(t testing.TB, opts ...ClientOption) (*clientv3.Client, *Link) {
+func (c *Cluster) ProxiedClient(t TB, opts ...ClientOption) (*clientv3.Client, *Link) {
 	t.Helper()
 	l := c.NewLink(t)
+	opts = append([]ClientOption{l.renewals.option()}, opts...)
 	// Cleanups run last-in first-out: the client closes before its proxies,
 	// whose Close waits for the connections to end.
 	return NewClient(t, l.Endpoints(), opts...), l
@@ -31,7 +33,7 @@ func (c *Cluster) ProxiedClient(t testing.TB, opts ...ClientOption) (*clientv3.C
 // NewLink returns a TCP proxy per member, for a client made elsewhere (in a
 // subprocess, say) to reach the cluster through Endpoints. t.Cleanup closes
 // it, after the cleanups registered later (such as the client's).
-func (c *Cluster) NewLink(t testing.TB) *Link {
+func (c *Cluster) NewLink(t TB) *Link {
 	t.Helper()
 	var all []int
 	for i := range c.Members {
@@ -42,7 +44,7 @@ func (c *Cluster) NewLink(t testing.TB) *Link {
 
 // NewLinkTo is NewLink to the given members only: a client behind it cannot
 // fail over to the others.
-func (c *Cluster) NewLinkTo(t testing.TB, members ...int) *Link {
+func (c *Cluster) NewLinkTo(t TB, members ...int) *Link {
 	t.Helper()
 	l := &Link{}
 	for _, i := range members {
@@ -61,7 +63,7 @@ func (l *Link) Endpoints() []string {
 	return eps
 }
 
-func newProxy(t testing.TB, to url.URL) proxy.Server {
+func newProxy(t TB, to url.URL) proxy.Server {
 	t.Helper()
 	var p proxy.Server
 	var err error
@@ -73,7 +75,7 @@ func newProxy(t testing.TB, to url.URL) proxy.Server {
 		}
 	}
 	if err != nil {
-		t.Fatalf("etcdtest: proxy: %v", err)
+		t.Fatalf("fencingtest: proxy: %v", err)
 	}
 	// The proxy reports connection errors on a small buffered channel and
 	// stalls its copy loops when nobody reads it: drain it until it closes.
@@ -130,8 +132,21 @@ func (l *Link) BlackholeRequests() {
 	}
 }
 
-// Restore ends Blackhole, BlackholeRequests and Delay.
+// StallRenewals holds every lease renewal the link's ProxiedClient sends
+// (LeaseKeepAlive), and nothing else: the process runs and its other
+// requests are answered, but its leases are not renewed, as when a garbage
+// collection pause or an overloaded event loop delays the renewal goroutine
+// past the lease's TTL. What the code under test should see: its holds' and
+// terms' contexts end with fencing.ErrLeaseUnconfirmed once the session's
+// ValidUntil passes, before the server expires the lease and another
+// process takes over; a guarded write sent after the expiry is refused with
+// guard.ErrNotOwner. Restore lets renewals through again (a lease already
+// expired stays expired). A client made elsewhere on Endpoints is not held.
+func (l *Link) StallRenewals() { l.renewals.hold() }
+
+// Restore ends Blackhole, BlackholeRequests, Delay and StallRenewals.
 func (l *Link) Restore() {
+	l.renewals.release()
 	for _, p := range l.proxies {
 		p.UnpauseTx()
 		p.UnpauseRx()

@@ -1,4 +1,4 @@
-package etcdtest
+package fencingtest
 
 import (
 	"context"

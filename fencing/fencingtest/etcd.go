@@ -1,10 +1,4 @@
-// Package etcdtest runs real etcd servers inside a test binary and injects real
-// faults into them: per-client network partitions, stopped members, compaction,
-// revoked leases, deleted keys and paused processes.
-//
-// Every helper takes a testing.TB and registers its own cleanup, so a test
-// never has to stop what it started. Nothing here mocks etcd.
-package etcdtest
+package fencingtest
 
 import (
 	"context"
@@ -16,13 +10,12 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/fencing"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 )
 
 // Timing of the embedded members. A short heartbeat makes leader elections
@@ -40,6 +33,10 @@ type Cluster struct {
 	// Admin is an unproxied client: it plays the operator or the rest of the
 	// world in fault tests (deletes keys, revokes leases, compacts).
 	Admin *clientv3.Client
+	// Root is where the helpers that take a name (Queue, WaitNewLeader,
+	// WaitNoKeys, RevokeOwner, DeleteOwner) look for it: fencing.DefaultRoot
+	// unless the test sets it to the root its sessions use (fencing.WithRoot).
+	Root string
 	// TLS is nil, or the certificates of a cluster started by SingleTLS.
 	TLS       *Certs
 	clientTLS *tls.Config // nil, or loaded from TLS's good client certificate
@@ -60,25 +57,25 @@ type Member struct {
 }
 
 // Single starts a one-member cluster.
-func Single(t testing.TB) *Cluster { return New(t, 1) }
+func Single(t TB) *Cluster { return New(t, 1) }
 
 // Three starts a three-member cluster, for faults that need a quorum.
-func Three(t testing.TB) *Cluster { return New(t, 3) }
+func Three(t TB) *Cluster { return New(t, 3) }
 
 // New starts a cluster of n members on free loopback ports, with data in
 // temporary directories, and waits until it has a leader. Everything is
 // stopped by t.Cleanup.
-func New(t testing.TB, n int) *Cluster {
+func New(t TB, n int) *Cluster {
 	t.Helper()
 	c, err := Start(n)
 	if err != nil {
-		t.Fatalf("etcdtest: %v", err)
+		t.Fatalf("fencingtest: %v", err)
 	}
 	t.Cleanup(c.Close)
 	return c
 }
 
-// Start is New for callers without a testing.TB (examples, benchmarks'
+// Start is New for callers without a TB (examples, benchmarks'
 // shared servers): the caller must Close the cluster.
 func Start(n int) (*Cluster, error) {
 	// Free ports are found by listening and closing: another test binary
@@ -94,7 +91,7 @@ func Start(n int) (*Cluster, error) {
 }
 
 func start(n int, certs *Certs) (*Cluster, error) {
-	c := &Cluster{TLS: certs}
+	c := &Cluster{Root: fencing.DefaultRoot, TLS: certs}
 	var initial string
 	for i := range n {
 		dir, err := os.MkdirTemp("", "etcdtest-")
@@ -158,7 +155,7 @@ func start(n int, certs *Certs) (*Cluster, error) {
 }
 
 // Close stops every member and deletes their data. Clients made with a
-// testing.TB close in their own cleanups, which run first.
+// TB close in their own cleanups, which run first.
 func (c *Cluster) Close() {
 	if c.Admin != nil {
 		c.Admin.Close()
@@ -249,16 +246,9 @@ func (c *Cluster) Endpoints() []string {
 // ClientOption adjusts the configuration of a test client.
 type ClientOption func(*clientv3.Config)
 
-// WithCounter makes the client count its requests in ctr.
-func WithCounter(ctr *Counter) ClientOption {
-	return func(cfg *clientv3.Config) {
-		cfg.DialOptions = append(cfg.DialOptions, grpc.WithStatsHandler(ctr))
-	}
-}
-
 // Client returns a client connected straight to every member; t.Cleanup
 // closes it.
-func (c *Cluster) Client(t testing.TB, opts ...ClientOption) *clientv3.Client {
+func (c *Cluster) Client(t TB, opts ...ClientOption) *clientv3.Client {
 	t.Helper()
 	return NewClient(t, c.Endpoints(), append(c.tlsOption(), opts...)...)
 }
@@ -273,11 +263,11 @@ func (c *Cluster) tlsOption() []ClientOption {
 }
 
 // NewClient returns a client for the given endpoints; t.Cleanup closes it.
-func NewClient(t testing.TB, endpoints []string, opts ...ClientOption) *clientv3.Client {
+func NewClient(t TB, endpoints []string, opts ...ClientOption) *clientv3.Client {
 	t.Helper()
 	cli, err := dial(endpoints, opts...)
 	if err != nil {
-		t.Fatalf("etcdtest: client: %v", err)
+		t.Fatalf("fencingtest: client: %v", err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
@@ -303,10 +293,10 @@ func dial(endpoints []string, opts ...ClientOption) (*clientv3.Client, error) {
 func (c *Cluster) Stop(i int) { c.Members[i].stop() }
 
 // Restart starts a stopped member again from its data dir.
-func (c *Cluster) Restart(t testing.TB, i int) {
+func (c *Cluster) Restart(t TB, i int) {
 	t.Helper()
 	if err := c.Members[i].start("existing"); err != nil {
-		t.Fatalf("etcdtest: restart %s: %v", c.Members[i].Name, err)
+		t.Fatalf("fencingtest: restart %s: %v", c.Members[i].Name, err)
 	}
 }
 
@@ -321,7 +311,7 @@ func (c *Cluster) Leader() int {
 }
 
 // WaitLeader waits until a running member leads and returns its index.
-func (c *Cluster) WaitLeader(t testing.TB) int {
+func (c *Cluster) WaitLeader(t TB) int {
 	t.Helper()
 	var leader int
 	WaitFor(t, 10*time.Second, "a raft leader", func() bool {
@@ -332,7 +322,7 @@ func (c *Cluster) WaitLeader(t testing.TB) int {
 }
 
 // StopLeader stops the current raft leader and returns its index.
-func (c *Cluster) StopLeader(t testing.TB) int {
+func (c *Cluster) StopLeader(t TB) int {
 	t.Helper()
 	i := c.WaitLeader(t)
 	c.Stop(i)
@@ -341,10 +331,10 @@ func (c *Cluster) StopLeader(t testing.TB) int {
 
 // WaitFor polls cond until it holds, failing t after the deadline. It is the
 // only way tests here wait: on a condition, never on a sleep.
-func WaitFor(t testing.TB, deadline time.Duration, what string, cond func() bool) {
+func WaitFor(t TB, deadline time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !Within(deadline, cond) {
-		t.Fatalf("etcdtest: gave up after %v waiting for %s", deadline, what)
+		t.Fatalf("fencingtest: gave up after %v waiting for %s", deadline, what)
 	}
 }
 
@@ -362,13 +352,13 @@ func Within(deadline time.Duration, cond func() bool) bool {
 
 // Ended waits up to deadline for ctx to end and returns its cause, failing
 // t if it has not ended by then.
-func Ended(t testing.TB, ctx context.Context, deadline time.Duration, what string) error {
+func Ended(t TB, ctx context.Context, deadline time.Duration, what string) error {
 	t.Helper()
 	select {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	case <-time.After(deadline):
-		t.Fatalf("etcdtest: %s: the context had not ended after %v", what, deadline)
+		t.Fatalf("fencingtest: %s: the context had not ended after %v", what, deadline)
 		return nil
 	}
 }
@@ -384,28 +374,8 @@ func FreeAddr() (string, error) {
 }
 
 // Context returns a context bounded by d and by the test's end.
-func Context(t testing.TB, d time.Duration) context.Context {
+func Context(t TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-var shared struct {
-	once sync.Once
-	c    *Cluster
-}
-
-// Shared returns a single-member cluster that lives until Main's tests end,
-// for Example functions, which get no testing.TB. It exits the test binary
-// if the cluster cannot start.
-func Shared() *Cluster {
-	shared.once.Do(func() {
-		c, err := Start(1)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "etcdtest: shared cluster: %v\n", err)
-			os.Exit(1)
-		}
-		shared.c = c
-	})
-	return shared.c
 }

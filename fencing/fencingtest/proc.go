@@ -1,4 +1,4 @@
-package etcdtest
+package fencingtest
 
 import (
 	"bufio"
@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,23 +30,20 @@ var helpers = map[string]HelperFunc{}
 // an init function or from TestMain before Main.
 func RegisterHelper(name string, f HelperFunc) { helpers[name] = f }
 
-// Main is the whole TestMain of a package that uses etcdtest: in a
+// Main is the whole TestMain of a package that uses fencingtest: in a
 // subprocess started by StartHelper it runs the helper and exits; otherwise
 // it runs the tests and fails the run if any goroutine outlives them.
 func Main(m *testing.M, opts ...goleak.Option) {
 	if name := os.Getenv(helperEnv); name != "" {
 		f, ok := helpers[name]
 		if !ok {
-			fmt.Fprintf(os.Stderr, "etcdtest: no helper %q\n", name)
+			fmt.Fprintf(os.Stderr, "fencingtest: no helper %q\n", name)
 			os.Exit(2)
 		}
 		os.Exit(f(os.Args[1:]))
 	}
 	code := m.Run()
-	runAtExit()
-	if shared.c != nil {
-		shared.c.Close()
-	}
+	atExit.Close()
 	if code == 0 {
 		if err := findLeaks(opts...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
@@ -57,35 +53,14 @@ func Main(m *testing.M, opts ...goleak.Option) {
 	os.Exit(code)
 }
 
-var atExit struct {
-	sync.Mutex
-	fs []func()
-}
+// atExit holds the functions AtExit registers; Main closes it.
+var atExit Standalone
 
 // AtExit registers f to run in Main once the tests have run, before the
 // goroutine-leak check: functions run one at a time, the last registered
 // first, including any registered while they run. It is safe for concurrent
 // use. In a test binary whose TestMain is not Main, f never runs.
-func AtExit(f func()) {
-	atExit.Lock()
-	defer atExit.Unlock()
-	atExit.fs = append(atExit.fs, f)
-}
-
-func runAtExit() {
-	for {
-		atExit.Lock()
-		n := len(atExit.fs)
-		if n == 0 {
-			atExit.Unlock()
-			return
-		}
-		f := atExit.fs[n-1]
-		atExit.fs = atExit.fs[:n-1]
-		atExit.Unlock()
-		f()
-	}
-}
+func AtExit(f func()) { atExit.Cleanup(f) }
 
 // Proc is a helper running in a subprocess: it can be paused, resumed and
 // killed for real.
@@ -99,11 +74,11 @@ type Proc struct {
 // HelperCommand returns the command that runs the helper registered under
 // name in a subprocess: the test binary itself, re-executed with args. It
 // dies with the test binary (on Linux); its output is the caller's to set.
-func HelperCommand(t testing.TB, name string, args ...string) *exec.Cmd {
+func HelperCommand(t TB, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
-		t.Fatalf("etcdtest: helper: %v", err)
+		t.Fatalf("fencingtest: helper: %v", err)
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), helperEnv+"="+name)
@@ -114,20 +89,20 @@ func HelperCommand(t testing.TB, name string, args ...string) *exec.Cmd {
 // StartHelper runs the helper registered under name in a subprocess (see
 // HelperCommand), with args, its stdout read by Expect and Lines and its
 // stderr the test's. t.Cleanup kills it.
-func StartHelper(t testing.TB, name string, args ...string) *Proc {
+func StartHelper(t TB, name string, args ...string) *Proc {
 	t.Helper()
 	cmd := HelperCommand(t, name, args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatalf("etcdtest: helper: %v", err)
+		t.Fatalf("fencingtest: helper: %v", err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatalf("etcdtest: helper: %v", err)
+		t.Fatalf("fencingtest: helper: %v", err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("etcdtest: start helper %s: %v", name, err)
+		t.Fatalf("fencingtest: start helper %s: %v", name, err)
 	}
 	p := &Proc{cmd: cmd, stdin: stdin, lines: make(chan string, 1024), done: make(chan struct{})}
 	go p.read(stdout)
@@ -153,20 +128,20 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // Expect waits up to d for an output line that starts with prefix and
 // returns the rest of it, trimmed. Earlier lines are discarded.
-func (p *Proc) Expect(t testing.TB, d time.Duration, prefix string) string {
+func (p *Proc) Expect(t TB, d time.Duration, prefix string) string {
 	t.Helper()
 	timeout := time.After(d)
 	for {
 		select {
 		case line, ok := <-p.lines:
 			if !ok {
-				t.Fatalf("etcdtest: helper exited before printing %q", prefix)
+				t.Fatalf("fencingtest: helper exited before printing %q", prefix)
 			}
 			if rest, ok := strings.CutPrefix(line, prefix); ok {
 				return strings.TrimSpace(rest)
 			}
 		case <-timeout:
-			t.Fatalf("etcdtest: helper printed no %q within %v", prefix, d)
+			t.Fatalf("fencingtest: helper printed no %q within %v", prefix, d)
 		}
 	}
 }
@@ -176,10 +151,10 @@ func (p *Proc) Expect(t testing.TB, d time.Duration, prefix string) string {
 func (p *Proc) Lines() <-chan string { return p.lines }
 
 // Send writes line, and a newline, to the helper's stdin.
-func (p *Proc) Send(t testing.TB, line string) {
+func (p *Proc) Send(t TB, line string) {
 	t.Helper()
 	if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
-		t.Fatalf("etcdtest: send to helper %d: %v", p.Pid(), err)
+		t.Fatalf("fencingtest: send to helper %d: %v", p.Pid(), err)
 	}
 }
 
@@ -188,13 +163,13 @@ func (p *Proc) Send(t testing.TB, line string) {
 func (p *Proc) Close() { p.stdin.Close() }
 
 // Stop pauses the process with SIGSTOP: it holds its sockets but runs no code.
-func (p *Proc) Stop(t testing.TB) { p.signal(t, syscall.SIGSTOP) }
+func (p *Proc) Stop(t TB) { p.signal(t, syscall.SIGSTOP) }
 
 // Cont resumes a process paused by Stop.
-func (p *Proc) Cont(t testing.TB) { p.signal(t, syscall.SIGCONT) }
+func (p *Proc) Cont(t TB) { p.signal(t, syscall.SIGCONT) }
 
 // Kill kills the process with SIGKILL and waits until it is gone.
-func (p *Proc) Kill(t testing.TB) {
+func (p *Proc) Kill(t TB) {
 	p.signal(t, syscall.SIGKILL)
 	<-p.done
 }
@@ -202,10 +177,10 @@ func (p *Proc) Kill(t testing.TB) {
 // Exited returns a channel closed once the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.done }
 
-func (p *Proc) signal(t testing.TB, sig syscall.Signal) {
+func (p *Proc) signal(t TB, sig syscall.Signal) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("etcdtest: signal %v to %d: %v", sig, p.Pid(), err)
+		t.Fatalf("fencingtest: signal %v to %d: %v", sig, p.Pid(), err)
 	}
 }
 

@@ -1,0 +1,56 @@
+// Package fencingtest is leasehold's test kit: it runs a real etcd inside
+// your test binary and breaks it the way production does, so that you can
+// test what your code does when it loses a lock or a leadership: stop its
+// work, have its stale writes refused, hand over, campaign again. Nothing in
+// it mocks etcd: a partition is a TCP proxy that stops forwarding bytes, an
+// expiry is a lease revoked on the server, a paused process is a real
+// process sent SIGSTOP. The project's own tests run on it.
+//
+// Import it from _test.go files only. No package of leasehold imports it,
+// and neither should a production binary: it links etcd's server.
+//
+// # The pieces
+//
+// A Cluster is one member (Single) or three (Three, for the faults that need
+// a quorum), on free loopback ports, with data in temporary directories and
+// everything stopped by the test's cleanup. Its Admin client plays the
+// operator and the rest of the world.
+//
+// Each simulated process gets its own client through its own fault point:
+// ProxiedClient returns the client and its Link, a TCP proxy per member.
+// Faults on a Link hit that process and no other: Blackhole (a partition)
+// and Restore (the heal), Delay, StallRenewals (a pause of the renewal
+// goroutine only). Replies drops or delays the replies of chosen requests
+// after etcd applied them. The faults on a name or a lease are one call on
+// the Cluster: Revoke, RevokeOwner and DeleteOwner (expiry and the operator),
+// Compact; the member faults are Stop, Restart, StopLeader, ReplaceMember and
+// MoveLeader. Each says what the code under test should see.
+//
+// Waits are on conditions, with a deadline, never on a sleep: Ended (a
+// context ends, and why), WaitNewLeader (a name has a leader other than X),
+// WaitNoKeys (no key of a name is left), WaitFor (any condition).
+//
+// For failovers that cross processes, RegisterHelper and StartHelper run a
+// function of your test binary in a subprocess (the binary re-executed), and
+// its Proc can be paused with SIGSTOP, resumed and killed with SIGKILL. Use
+// Main as TestMain: it runs those helpers, and checks that no goroutine
+// outlives the tests (go.uber.org/goleak).
+//
+// # Settings and cost
+//
+// The members trade durability for speed: no fsync (a crash of the test
+// binary loses their data, which the tests delete anyway), a 25 ms raft
+// heartbeat and a 250 ms election timeout, so a member fault resolves within
+// about half a second, and their logs discarded. Leases still last at least
+// their TTL, and etcd's expiry scan still runs every 500 ms. Clients made
+// here probe their connections every second. A member starts in about 50
+// ms; a three-member cluster in about 150 ms.
+//
+// The first build of a test that imports this package compiles etcd's
+// server and its dependencies (bbolt, raft, gRPC's server side): about 40 s
+// on two cores, and a test binary of about 50 MB. The build cache makes
+// later builds as fast as any.
+//
+// Helpers take a TB: a *testing.T, *testing.B or *testing.F. Standalone is
+// a TB for code outside a test, such as the examples below.
+package fencingtest
