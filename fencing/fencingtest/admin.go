@@ -12,7 +12,8 @@ const adminTimeout = 10 * time.Second
 
 // Compact compacts the cluster's history up to the current revision and
 // returns that revision: every watch that starts, or lags, before it is
-// cancelled by the server with a compaction error.
+// cancelled by the server with a compaction error. What the code under test
+// should see: nothing; holds, terms and observers resume their watches.
 func (c *Cluster) Compact(t TB) int64 {
 	t.Helper()
 	ctx := Context(t, adminTimeout)
@@ -27,7 +28,12 @@ func (c *Cluster) Compact(t TB) int64 {
 	return rev
 }
 
-// Revoke revokes a lease from the admin client, as an operator would.
+// Revoke revokes a lease from the admin client, as an operator would; to
+// the code that holds it, the same as an expiry. What that code should see:
+// its session ends with fencing.ErrLeaseExpired; its holds' and terms'
+// contexts end with fencing.ErrKeyDeleted wrapping it; its guarded writes
+// are refused (guard.ErrNotOwner); the next in line owns each name at once.
+// RevokeOwner finds the lease of a name's owner.
 func (c *Cluster) Revoke(t TB, id clientv3.LeaseID) {
 	t.Helper()
 	if _, err := c.Admin.Revoke(Context(t, adminTimeout), id); err != nil {
@@ -35,7 +41,8 @@ func (c *Cluster) Revoke(t TB, id clientv3.LeaseID) {
 	}
 }
 
-// Delete deletes one key from the admin client and returns how many keys went.
+// Delete deletes one key from the admin client and returns how many keys
+// went. For an owner's key, DeleteOwner says what the code should see.
 func (c *Cluster) Delete(t TB, key string) int64 {
 	t.Helper()
 	resp, err := c.Admin.Delete(Context(t, adminTimeout), key)

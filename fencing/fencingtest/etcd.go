@@ -289,7 +289,10 @@ func dial(endpoints []string, opts ...ClientOption) (*clientv3.Client, error) {
 	return clientv3.New(cfg)
 }
 
-// Stop stops member i; its data and ports are kept for Restart.
+// Stop stops member i; its data and ports are kept for Restart. What the
+// code under test should see while a quorum runs: nothing but a slower
+// request or two, as its clients fail over to the other members; holds and
+// terms last.
 func (c *Cluster) Stop(i int) { c.Members[i].stop() }
 
 // Restart starts a stopped member again from its data dir.
@@ -321,7 +324,10 @@ func (c *Cluster) WaitLeader(t TB) int {
 	return leader
 }
 
-// StopLeader stops the current raft leader and returns its index.
+// StopLeader stops the current raft leader and returns its index: a raft
+// election follows, within about 250 ms here. What the code under test
+// should see: nothing but a pause in requests; holds and terms last, since a
+// session renews with the TTL's two thirds to spare.
 func (c *Cluster) StopLeader(t TB) int {
 	t.Helper()
 	i := c.WaitLeader(t)

@@ -62,16 +62,7 @@ func Election(t TB, s *fencing.Session, name string) *election.Election {
 // within Wait or obs closes.
 func Next(t TB, obs <-chan election.Observation) election.Observation {
 	t.Helper()
-	select {
-	case o, ok := <-obs:
-		if !ok {
-			t.Fatalf("fencingtest: Observe's channel closed early")
-		}
-		return o
-	case <-time.After(Wait):
-		t.Fatalf("no observation within %v", Wait)
-	}
-	return election.Observation{}
+	return Receive(t, obs, "an observation")
 }
 
 // Recorder is a fencing.Observer that keeps every event, for tests.

@@ -13,6 +13,8 @@ import (
 
 // MoveLeader hands raft leadership from the current leader to another
 // running member, as etcdctl move-leader does, and returns both indexes.
+// What the code under test should see: nothing; requests in flight are
+// retried or fail with a passing error that the library retries.
 // etcd refuses a transferee that has not caught up (after a restart, say):
 // it is asked again until the transfer is made.
 func (c *Cluster) MoveLeader(t TB) (from, to int) {
@@ -50,6 +52,9 @@ func (c *Cluster) moveLeader() (from, to int, err error) {
 // ReplaceMember removes member i from the cluster, wipes its data, adds it
 // back as a new member (a new ID, same name and ports) and starts it empty:
 // it catches up from the others, as a member whose disk was replaced does.
+// What the code under test should see: nothing, as with Stop; a client
+// connected to i reconnects to a member that lost its history, and the
+// library's watches resume from the revision they had.
 func (c *Cluster) ReplaceMember(t TB, i int) {
 	t.Helper()
 	m := c.Members[i]

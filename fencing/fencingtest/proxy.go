@@ -109,7 +109,15 @@ func listenProxy(to url.URL) (proxy.Server, error) {
 	}
 }
 
-// Blackhole stops every byte in both directions while keeping the TCP
+// Blackhole partitions the process behind the link from the cluster. What
+// the code under test should see: requests hang until their deadlines; its
+// holds' and terms' contexts end with fencing.ErrLeaseUnconfirmed once the
+// session's ValidUntil passes, before the server expires the lease and
+// another process takes over (the order fencingtest.StoppedBefore checks);
+// after Restore, its guarded writes for what it held are refused
+// (guard.ErrNotOwner), and election.Run campaigns again.
+//
+// It stops every byte in both directions while keeping the TCP
 // connections open: the client sees silence, as in a real partition, not a
 // reset it could react to at once. The bytes are held, not dropped: like
 // TCP after a partition heals, Restore delivers them late but intact (a
@@ -125,7 +133,8 @@ func (l *Link) Blackhole() {
 }
 
 // BlackholeRequests holds what the client sends and lets replies through:
-// requests vanish, the connection looks alive.
+// requests vanish, the connection looks alive. To the code under test, the
+// same as Blackhole.
 func (l *Link) BlackholeRequests() {
 	for _, p := range l.proxies {
 		p.PauseTx()
@@ -155,7 +164,9 @@ func (l *Link) Restore() {
 	}
 }
 
-// Delay adds d of latency to each direction.
+// Delay adds d of latency to each direction, for a process far from etcd.
+// What the code under test should see: slower requests; a session renews in
+// time while a round trip stays well under a third of its TTL.
 func (l *Link) Delay(d time.Duration) {
 	for _, p := range l.proxies {
 		p.DelayTx(d, 0)

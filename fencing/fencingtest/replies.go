@@ -36,6 +36,13 @@ const (
 // Replies injects faults into a client's requests, real requests to a real
 // etcd: only what the client is told changes. Decide picks the fault of
 // each unary request (method and its *etcdserverpb request); nil passes all.
+// Put it in a client with c.Client(t, r.Option()) or ProxiedClient.
+//
+// What the code under test should see: a lock or campaign whose enqueue's
+// reply is lost keeps its place (the library finds the key it wrote) and
+// leaves no key behind when it fails; a guarded write whose reply is lost
+// returns guard.ErrOutcomeUnknown, and one refused returns an error after
+// which nothing was applied; your own code must re-read before it retries.
 type Replies struct {
 	Decide func(method string, req any) Fault
 
