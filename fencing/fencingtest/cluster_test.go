@@ -17,6 +17,7 @@ import (
 
 func TestMain(m *testing.M) {
 	fencingtest.RegisterHelper("leased-key", leasedKey)
+	fencingtest.RegisterHelper("replica", replica)
 	fencingtest.Main(m)
 }
 
@@ -141,7 +142,9 @@ func TestDelayedLinkStillServes(t *testing.T) {
 // A three-member cluster keeps serving writes after its leader is stopped,
 // and the stopped member rejoins on restart.
 func TestThreeSurvivesLeaderStop(t *testing.T) {
+	start := time.Now()
 	c := fencingtest.Three(t)
+	t.Logf("three members ready in %v", time.Since(start))
 	ctx := fencingtest.Context(t, 30*time.Second)
 	old := c.StopLeader(t)
 	if c.Members[old].Running() {
