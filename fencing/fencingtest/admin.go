@@ -189,7 +189,7 @@ func (c *Cluster) CompactWhileDown(t TB, i int, meanwhile func()) {
 	c.WaitLeader(t)
 	meanwhile()
 	for n := range 10 {
-		if _, err := c.Admin.Put(Context(t, adminTimeout), "etcdtest/filler", strconv.Itoa(n)); err != nil {
+		if _, err := c.Admin.Put(Context(t, adminTimeout), "fencingtest/filler", strconv.Itoa(n)); err != nil {
 			t.Fatalf("fencingtest: filler: %v", err)
 		}
 	}

@@ -94,7 +94,7 @@ func start(n int, certs *Certs) (*Cluster, error) {
 	c := &Cluster{Root: fencing.DefaultRoot, TLS: certs}
 	var initial string
 	for i := range n {
-		dir, err := os.MkdirTemp("", "etcdtest-")
+		dir, err := os.MkdirTemp("", "fencingtest-")
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -175,7 +175,7 @@ func (m *Member) config(state string) *embed.Config {
 	cfg.ListenPeerUrls = []url.URL{m.PeerURL}
 	cfg.AdvertisePeerUrls = []url.URL{m.PeerURL}
 	cfg.InitialCluster = m.cluster
-	cfg.InitialClusterToken = "etcdtest"
+	cfg.InitialClusterToken = "fencingtest"
 	cfg.ClusterState = state
 	cfg.TickMs = tickMs
 	cfg.ElectionMs = electionMs

@@ -66,7 +66,7 @@ func NewCerts(dir string) (*Certs, error) {
 	}
 	c.Untrusted.Cert, c.Untrusted.Key = filepath.Join(dir, "untrusted.pem"), filepath.Join(dir, "untrusted-key.pem")
 	ca, caKey, err := issue(nil, nil, c.CA, "", &x509.Certificate{
-		Subject: pkix.Name{CommonName: "etcdtest CA"}, IsCA: true, BasicConstraintsValid: true,
+		Subject: pkix.Name{CommonName: "fencingtest CA"}, IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	})
 	if err != nil {
@@ -86,10 +86,10 @@ func NewCerts(dir string) (*Certs, error) {
 			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
 		}
 	}
-	if _, _, err := issue(ca, caKey, c.serverCert, c.serverKey, leaf("etcdtest server", x509.ExtKeyUsageServerAuth)); err != nil {
+	if _, _, err := issue(ca, caKey, c.serverCert, c.serverKey, leaf("fencingtest server", x509.ExtKeyUsageServerAuth)); err != nil {
 		return nil, err
 	}
-	if _, _, err := issue(ca, caKey, c.Cert, c.Key, leaf("etcdtest client", x509.ExtKeyUsageClientAuth)); err != nil {
+	if _, _, err := issue(ca, caKey, c.Cert, c.Key, leaf("fencingtest client", x509.ExtKeyUsageClientAuth)); err != nil {
 		return nil, err
 	}
 	if _, _, err := issue(wrong, wrongKey, c.Untrusted.Cert, c.Untrusted.Key, leaf("stranger", x509.ExtKeyUsageClientAuth)); err != nil {
