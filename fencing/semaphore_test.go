@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
@@ -61,16 +60,11 @@ func goAcquire(ctx context.Context, m *fencing.Semaphore) <-chan result {
 
 func received(t testing.TB, ch <-chan result, what string) *fencing.Hold {
 	t.Helper()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("%s: %v", what, r.err)
-		}
-		return r.h
-	case <-time.After(wait):
-		t.Fatalf("%s: no hold within %v", what, wait)
-		return nil
+	r := fencingtest.Receive(t, ch, what)
+	if r.err != nil {
+		t.Fatalf("%s: %v", what, r.err)
 	}
+	return r.h
 }
 
 func pending(t testing.TB, ch <-chan result, what string) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -101,23 +100,15 @@ func NamesPackageOnce(t testing.TB, pkg string, err error) {
 // made before the call).
 func GroupReplica(t testing.TB, cli *clientv3.Client, group, id string, names []string) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- election.RunGroup(ctx, cli, group, names, func(ctx context.Context, _ *election.Term) error {
+	run := fencingtest.Go(t, func(ctx context.Context) error {
+		return election.RunGroup(ctx, cli, group, names, func(ctx context.Context, _ *election.Term) error {
 			<-ctx.Done()
 			return nil
 		}, election.WithSessionOptions(fencing.WithIdentity(id)))
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := fencingtest.ReturnsBy(t, fencingtest.Wait, "RunGroup of "+id, func() error { return <-done }); err != nil {
-				t.Errorf("RunGroup of %s: %v", id, err)
-			}
-		})
+	})
+	return func() {
+		if err := run(); err != nil {
+			t.Errorf("RunGroup of %s: %v", id, err)
+		}
 	}
-	t.Cleanup(stop)
-	return stop
 }
