@@ -10,7 +10,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Wait bounds every blocking call a test makes.
+// Wait is how long the kit waits for a condition before it fails the test:
+// the deadline of WaitNewLeader, WaitNoKeys, Receive, Next, Go's stop, and of
+// the calls Session and Lock make. Pass it to Ended and WaitFor for the same.
 const Wait = 30 * time.Second
 
 // Session returns a new session on cli; t.Cleanup closes it.
@@ -18,7 +20,7 @@ func Session(t TB, cli *clientv3.Client, opts ...fencing.SessionOption) *fencing
 	t.Helper()
 	s, err := fencing.NewSession(Context(t, Wait), cli, opts...)
 	if err != nil {
-		t.Fatalf("NewSession: %v", err)
+		t.Fatalf("fencingtest: NewSession: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -33,7 +35,7 @@ func Mutex(t TB, s *fencing.Session, name string) *fencing.Mutex {
 	t.Helper()
 	m, err := fencing.NewMutex(s, name)
 	if err != nil {
-		t.Fatalf("NewMutex(%q): %v", name, err)
+		t.Fatalf("fencingtest: NewMutex(%q): %v", name, err)
 	}
 	return m
 }
@@ -43,7 +45,7 @@ func Lock(t TB, s *fencing.Session, name string) *fencing.Hold {
 	t.Helper()
 	h, err := Mutex(t, s, name).Lock(Context(t, Wait))
 	if err != nil {
-		t.Fatalf("Lock(%q): %v", name, err)
+		t.Fatalf("fencingtest: Lock(%q): %v", name, err)
 	}
 	return h
 }
@@ -53,7 +55,7 @@ func Election(t TB, s *fencing.Session, name string) *election.Election {
 	t.Helper()
 	e, err := election.New(s, name)
 	if err != nil {
-		t.Fatalf("election.New(%q): %v", name, err)
+		t.Fatalf("fencingtest: election.New(%q): %v", name, err)
 	}
 	return e
 }
@@ -118,7 +120,7 @@ func ReturnsBy(t TB, limit time.Duration, what string, call func() error) error 
 	case err := <-done:
 		return err
 	case <-time.After(limit):
-		t.Fatalf("%s had not returned %v later", what, limit)
+		t.Fatalf("fencingtest: %s had not returned %v later", what, limit)
 		return nil
 	}
 }
