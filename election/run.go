@@ -46,6 +46,7 @@ type runConfig struct {
 	stopped    func(*Term, error)
 	health     *guard.Health
 	healthSet  bool
+	onSession  func(*fencing.Session)
 }
 
 // WithSessionOptions applies opts to every session Run creates (see
@@ -101,6 +102,17 @@ func OnStartedLeading(f func(*Term)) RunOption { return func(c *runConfig) { c.s
 // in Run's goroutine: keep it short. A nil f is not called.
 func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 	return func(c *runConfig) { c.stopped = f }
+}
+
+// OnSession sets a function called with each session Run (or RunGroup)
+// makes, once etcd has granted its lease and before the replica campaigns
+// on it. Until the next call it is the session the replica takes part on,
+// so that a health check can read its state exactly (Err, ValidUntil, Done)
+// rather than infer it from renewal events: the replica can campaign and
+// lead while that session's Err is nil. Run closes the session; f must not.
+// It runs in Run's goroutine: keep it short. A nil f is not called.
+func OnSession(f func(*fencing.Session)) RunOption {
+	return func(c *runConfig) { c.onSession = f }
 }
 
 // Run is the singleton worker: it campaigns for name with value, runs work
@@ -280,7 +292,11 @@ func (r *runner) campaignFailed(ctx context.Context, err error) error {
 func (c *runConfig) newSession(ctx context.Context, cli *clientv3.Client, ttl time.Duration) (*fencing.Session, error) {
 	gctx, cancel := context.WithTimeout(ctx, ttl)
 	defer cancel()
-	return fencing.NewSession(gctx, cli, c.session...)
+	s, err := fencing.NewSession(gctx, cli, c.session...)
+	if err == nil && c.onSession != nil {
+		c.onSession(s)
+	}
+	return s, err
 }
 
 // served is how one term ended.

@@ -16,9 +16,11 @@
 // this replica does not lead). GET /metrics serves the replica's Prometheus
 // metrics (see metrics.go): leasehold_owner is 1 while it leads, as far as it
 // knows. GET /healthz answers 503 while the replica cannot take part in the
-// election (its session can no longer vouch for its lease: etcd has not
-// renewed it in time, as during a quorum loss or a partition; a replica that
-// just started gets one TTL to make its first session) or while it still acts
+// election (the session election.Run campaigns on, as election.OnSession
+// reports it, can no longer vouch for its lease: etcd has not renewed it in
+// time, as during a quorum loss or a partition, or it was revoked; until Run
+// is granted a new one; a replica that just started gets one TTL to make its
+// first session) or while it still acts
 // as leader past its term's ValidUntil (guard.Health); 200 otherwise.
 //
 // Connection flags (--endpoints, --cacert, --cert, --key, --user,

@@ -236,3 +236,28 @@ func TestProgramFailsClearly(t *testing.T) {
 		}
 	}
 }
+
+// The finding of issue 28, as a user tried it: the leader frozen past its
+// TTL and resumed, the other takes over, the resumed one queues again and
+// leads again after a resign. While it leads on its new session, /healthz
+// is 200: health follows the session Run campaigns on, not the renewal
+// events of a session that is gone.
+func TestProgramHealthyWhenLeadingAfterPause(t *testing.T) {
+	c := fencingtest.SingleTLS(t)
+	p, a := startProgram(t, tlsArgs(c)...)
+	first := leads(t, a, "")
+	_, b := startProgram(t, tlsArgs(c)...)
+	p.Signal(t, syscall.SIGSTOP)
+	second := leads(t, b, first)
+	p.Signal(t, syscall.SIGCONT)
+	fencingtest.WaitFor(t, hang, "the resumed replica to queue again", func() bool {
+		return len(c.Queue(t, fencing.KindElection, "leader-example").Entries) == 2
+	})
+	if code := post(t, b, "/resign"); code != http.StatusOK {
+		t.Fatalf("resign: %d", code)
+	}
+	leads(t, a, second)
+	if code, body := healthz(t, a); code != http.StatusOK {
+		t.Fatalf("healthz of the replica that leads again: %d %s", code, body)
+	}
+}

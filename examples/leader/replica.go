@@ -51,18 +51,11 @@ func (r *replica) run(ctx context.Context, cli *clientv3.Client, obs fencing.Obs
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { r.observe(ctx, cli) })
-	renewed := obs.OnRenew
-	obs.OnRenew = func(e fencing.RenewEvent) {
-		r.standing.renewed(e)
-		if renewed != nil {
-			renewed(e)
-		}
-	}
 	// Run makes a new session whenever the last one is lost and campaigns
 	// again: a replica never leaves the election while it runs.
 	err := election.Run(ctx, cli, r.name, r.value, r.lead,
 		election.WithSessionOptions(fencing.WithTTL(r.ttl), fencing.WithLogger(r.log), fencing.WithObserver(obs)),
-		election.WithHealth(&r.health), election.AfterSuccess(election.KeepLeading),
+		election.WithHealth(&r.health), election.AfterSuccess(election.KeepLeading), election.OnSession(r.standing.session),
 		election.OnStartedLeading(func(t *election.Term) { r.log.Info("leading", "token", t.Token()) }))
 	if err != nil { // only for arguments that parse already refused
 		r.log.Error("cannot campaign", "err", err)
@@ -233,38 +226,46 @@ func (r *replica) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // standing tells whether the replica can take part in the election: whether
-// the session election.Run campaigns on can still vouch for its lease, as
-// its renewals report (fencing.RenewEvent.Left is ValidUntil minus now).
-// A session renews every third of its TTL, and a failed renewal leaves
-// ValidUntil where it was: while etcd does not answer, ValidUntil passes.
-// A lost session stops reporting; Run's next one reports a third of a TTL
-// after it is made. What it cannot see: a session that renews but whose
-// campaigns fail (say, no permission on the election's keys); Run logs
-// those.
+// the session election.Run campaigns on (election.OnSession) can still vouch
+// for its lease. Run makes a new session whenever the last one is lost: from
+// the loss until the new one is granted, the replica cannot campaign. What
+// it cannot see: a session that lives but whose campaigns fail (say, no
+// permission on the election's keys); Run logs those.
 type standing struct {
-	mu    sync.Mutex
-	until time.Time // guarded by mu: ValidUntil after the latest renewal attempt
+	mu      sync.Mutex
+	current *fencing.Session // guarded by mu: Run's latest session; nil before the first
+	grace   time.Time        // guarded by mu: until when a replica without a session is not late
 }
 
-// start gives a new replica grace to make its first session and renew it.
+// start gives a new replica grace to make its first session.
 func (s *standing) start(grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.until = time.Now().Add(grace)
+	s.grace = time.Now().Add(grace)
 }
 
-func (s *standing) renewed(e fencing.RenewEvent) {
+// session records the session Run campaigns on from now on.
+func (s *standing) session(current *fencing.Session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.until = time.Now().Add(e.Left)
+	s.current = current
 }
 
 func (s *standing) check(now time.Time) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if late := now.Sub(s.until); late >= 0 {
+	current, grace := s.current, s.grace
+	s.mu.Unlock()
+	switch {
+	case current == nil && now.Before(grace):
+		return nil
+	case current == nil:
+		return fmt.Errorf("no session for %v: cannot campaign until etcd grants a lease (see the log)",
+			now.Sub(grace).Round(time.Millisecond))
+	case !now.Before(current.ValidUntil()):
 		return fmt.Errorf("no live session for %v: cannot campaign until etcd renews a lease (see the log)",
-			late.Round(time.Millisecond))
+			now.Sub(current.ValidUntil()).Round(time.Millisecond))
+	case current.Err() != nil:
+		return fmt.Errorf("no live session: %v: cannot campaign until etcd grants a new lease (see the log)", current.Err())
 	}
 	return nil
 }

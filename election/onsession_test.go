@@ -1,0 +1,67 @@
+package election_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
+)
+
+// sessions records what OnSession reports.
+type sessions struct {
+	mu  sync.Mutex
+	all []*fencing.Session
+}
+
+func (s *sessions) add(x *fencing.Session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.all = append(s.all, x)
+}
+
+func (s *sessions) last() (*fencing.Session, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.all) == 0 {
+		return nil, 0
+	}
+	return s.all[len(s.all)-1], len(s.all)
+}
+
+// OnSession reports each session Run and RunGroup make, before they
+// campaign on it: the term is on the session reported last, and after the
+// lease is revoked the next term is on a new session, reported first.
+func TestOnSessionReportsEachSession(t *testing.T) {
+	c := fencingtest.Single(t)
+	for _, kind := range []string{"Run", "RunGroup"} {
+		t.Run(kind, func(t *testing.T) {
+			var seen sessions
+			terms := make(chan *election.Term, 4)
+			work := func(ctx context.Context, term *election.Term) error {
+				terms <- term
+				<-ctx.Done()
+				return nil
+			}
+			cli := c.Client(t)
+			fencingtest.Go(t, func(ctx context.Context) error {
+				if kind == "Run" {
+					return election.Run(ctx, cli, "onsession-run", "a", work, election.OnSession(seen.add))
+				}
+				return election.RunGroup(ctx, cli, "onsession-group", []string{"onsession-name"}, work, election.OnSession(seen.add))
+			})
+			first := fencingtest.Receive(t, terms, "the first term")
+			if s, n := seen.last(); n != 1 || s != first.Session() {
+				t.Fatalf("%d sessions reported, the last %p; want 1, the term's %p", n, s, first.Session())
+			}
+			c.Revoke(t, first.Session().Lease())
+			second := fencingtest.Receive(t, terms, "a term on a new session")
+			if s, n := seen.last(); n != 2 || s != second.Session() || first.Session().Err() == nil {
+				t.Fatalf("%d sessions reported, the last %p, the first ended with %v; want 2, the new term's %p, the first ended",
+					n, s, first.Session().Err(), second.Session())
+			}
+		})
+	}
+}
