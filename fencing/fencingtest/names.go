@@ -22,13 +22,9 @@ func (c *Cluster) Queue(t TB, kind fencing.Kind, name string) inspect.Queue {
 // it. With old "", any leader will do.
 func (c *Cluster) WaitNewLeader(t TB, name, old string) inspect.Entry {
 	t.Helper()
-	var leader inspect.Entry
-	WaitFor(t, Wait, "election "+name+" to have a leader other than "+old, func() bool {
-		e, ok := c.Queue(t, fencing.KindElection, name).Owner()
-		leader = e
-		return ok && e.Value != old
+	return c.waitOwner(t, fencing.KindElection, name, "a leader other than "+old, func(e inspect.Entry) bool {
+		return e.Value != old
 	})
-	return leader
 }
 
 // WaitNoKeys waits until the kind's name has no key left in etcd: every
@@ -50,7 +46,7 @@ func (c *Cluster) WaitNoKeys(t TB, kind fencing.Kind, name string) {
 // its Lease().
 func (c *Cluster) RevokeOwner(t TB, kind fencing.Kind, name string) inspect.Entry {
 	t.Helper()
-	owner := c.waitOwner(t, kind, name)
+	owner := c.waitOwner(t, kind, name, "an owner", nil)
 	c.Revoke(t, owner.Lease)
 	return owner
 }
@@ -64,18 +60,20 @@ func (c *Cluster) RevokeOwner(t TB, kind fencing.Kind, name string) inspect.Entr
 // fencing.ErrNotHeld or election.ErrNotLeader.
 func (c *Cluster) DeleteOwner(t TB, kind fencing.Kind, name string) inspect.Entry {
 	t.Helper()
-	owner := c.waitOwner(t, kind, name)
+	owner := c.waitOwner(t, kind, name, "an owner", nil)
 	c.Delete(t, owner.Key)
 	return owner
 }
 
-func (c *Cluster) waitOwner(t TB, kind fencing.Kind, name string) inspect.Entry {
+// waitOwner waits until the kind's name has an owner for which ok (nil:
+// any) holds, and returns it.
+func (c *Cluster) waitOwner(t TB, kind fencing.Kind, name, what string, ok func(inspect.Entry) bool) inspect.Entry {
 	t.Helper()
 	var owner inspect.Entry
-	WaitFor(t, Wait, string(kind)+" "+name+" to have an owner", func() bool {
-		e, ok := c.Queue(t, kind, name).Owner()
+	WaitFor(t, Wait, string(kind)+" "+name+" to have "+what, func() bool {
+		e, held := c.Queue(t, kind, name).Owner()
 		owner = e
-		return ok
+		return held && (ok == nil || ok(e))
 	})
 	return owner
 }
