@@ -65,3 +65,18 @@ func TestOnSessionReportsEachSession(t *testing.T) {
 		})
 	}
 }
+
+// A nil OnSession is not called: Run leads as without it.
+func TestOnSessionNil(t *testing.T) {
+	c := fencingtest.Single(t)
+	cli := c.Client(t)
+	terms := make(chan *election.Term, 1)
+	fencingtest.Go(t, func(ctx context.Context) error {
+		return election.Run(ctx, cli, "onsession-nil", "a", func(ctx context.Context, term *election.Term) error {
+			terms <- term
+			<-ctx.Done()
+			return nil
+		}, election.OnSession(nil))
+	})
+	fencingtest.Receive(t, terms, "a term")
+}

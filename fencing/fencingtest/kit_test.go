@@ -161,3 +161,36 @@ func TestREADMEShowsTheTestThatRuns(t *testing.T) {
 		t.Errorf("README.md's example is not readme_test.go:\n%s\nwant:\n%s", block, want)
 	}
 }
+
+// The kit fails the test, with a message naming what it waited for, when a
+// wait cannot end well: a closed channel, a condition that never holds, a
+// context that does not end, a replica that returns an error.
+func TestKitFailsClearly(t *testing.T) {
+	never, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	closed := make(chan int)
+	close(closed)
+	for name, call := range map[string]func(tb fencingtest.TB){
+		"the values: the channel closed": func(tb fencingtest.TB) { fencingtest.Receive(tb, closed, "the values") },
+		"waiting for nothing": func(tb fencingtest.TB) {
+			fencingtest.WaitFor(tb, 10*time.Millisecond, "nothing", func() bool { return false })
+		},
+		"the work: the context had not ended": func(tb fencingtest.TB) {
+			fencingtest.Ended(tb, never, 10*time.Millisecond, "the work")
+		},
+		"returned boom": func(tb fencingtest.TB) {
+			fencingtest.Go(tb, func(context.Context) error { return errors.New("boom") })
+		},
+	} {
+		s := &fencingtest.Standalone{}
+		got := func() (r any) {
+			defer func() { r = recover() }()
+			call(s)
+			s.Close() // Go reports at the test's end
+			return nil
+		}()
+		if msg, _ := got.(string); !strings.Contains(msg, name) {
+			t.Errorf("%s: recovered %v; want a failure saying so", name, got)
+		}
+	}
+}
