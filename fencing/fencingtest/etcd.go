@@ -54,6 +54,7 @@ type Member struct {
 
 	mu   sync.Mutex
 	etcd *embed.Etcd // nil while stopped
+	held *ports      // a stopped member's ports, kept for Restart; nil otherwise
 }
 
 // Single starts a one-member cluster.
@@ -191,6 +192,11 @@ func (m *Member) config(state string) *embed.Config {
 }
 
 func (m *Member) start(state string) error {
+	m.mu.Lock()
+	held := m.held
+	m.held = nil
+	m.mu.Unlock()
+	held.release()
 	e, err := embed.StartEtcd(m.config(state))
 	if err != nil {
 		return err
@@ -224,14 +230,27 @@ func (m *Member) isLeader() bool {
 	return m.etcd != nil && m.etcd.Server.Leader() == m.etcd.Server.MemberID()
 }
 
+// stop stops the member for good: Close.
 func (m *Member) stop() {
 	m.mu.Lock()
-	e := m.etcd
-	m.etcd = nil
+	e, held := m.etcd, m.held
+	m.etcd, m.held = nil, nil
 	m.mu.Unlock()
 	if e != nil {
 		e.Close()
 	}
+	held.release()
+}
+
+// pause stops the member and keeps its ports bound until it starts again:
+// a port left free is soon handed to a server of another test binary
+// running alongside, and Restart would fail on it.
+func (m *Member) pause() {
+	m.stop()
+	held := holdPorts(m.ClientURL.Host, m.PeerURL.Host)
+	m.mu.Lock()
+	m.held = held
+	m.mu.Unlock()
 }
 
 // Endpoints returns the client URLs of all members, running or not.
@@ -289,11 +308,13 @@ func dial(endpoints []string, opts ...ClientOption) (*clientv3.Client, error) {
 	return clientv3.New(cfg)
 }
 
-// Stop stops member i; its data and ports are kept for Restart. What the
+// Stop stops member i; its data and ports are kept for Restart. The ports
+// stay bound meanwhile, so that no other test binary takes them: a
+// connection to them is closed at once, as by a host whose etcd is down. What the
 // code under test should see while a quorum runs: nothing but a slower
 // request or two, as its clients fail over to the other members; holds and
 // terms last.
-func (c *Cluster) Stop(i int) { c.Members[i].stop() }
+func (c *Cluster) Stop(i int) { c.Members[i].pause() }
 
 // Restart starts a stopped member again from its data dir.
 func (c *Cluster) Restart(t TB, i int) {

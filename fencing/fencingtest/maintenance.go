@@ -76,7 +76,7 @@ func (c *Cluster) ReplaceMember(t TB, i int) {
 	if err != nil {
 		t.Fatalf("fencingtest: remove %s: %v", m.Name, err)
 	}
-	m.stop()
+	m.pause()
 	if err := os.RemoveAll(m.dir); err != nil {
 		t.Fatalf("fencingtest: wipe %s: %v", m.Name, err)
 	}
