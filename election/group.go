@@ -287,12 +287,7 @@ func (r *round) lead(ctx context.Context, name string) {
 		log: r.g.log.With("kind", fencing.KindElection, "name", name)}
 	run.resignFailed = func(context.Context) { r.stop(fmt.Errorf("%w: resign of %q failed", fencing.ErrSessionClosed, name)) }
 	run.stays = r.ctx
-	run.reason = func(ctx context.Context) error {
-		if c := context.Cause(ctx); errors.Is(c, ErrRebalanced) {
-			return c
-		}
-		return nil
-	}
+	run.reason = rebalancedReason
 	failed := 0 // terms in a row that failed
 	for ctx.Err() == nil {
 		e, err := New(r.s, name)

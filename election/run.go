@@ -47,6 +47,11 @@ type runConfig struct {
 	health     *guard.Health
 	healthSet  bool
 	onSession  func(*fencing.Session)
+	// Priority, PriorityVersion and WithDrain (prefer.go)
+	priority    []int64
+	badPriority error
+	drain       *Drain
+	drainSet    bool
 }
 
 // WithSessionOptions applies opts to every session Run creates (see
@@ -149,6 +154,8 @@ func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, ttl: cmp.Or(sc.TTL, fencing.DefaultTTL),
 		log: logger(sc).With("kind", fencing.KindElection, "name", name)}
 	r.resignFailed = r.closeSession // revoking the lease is the other way to hand over
+	r.stays = ctx                   // a preemption ends the term, not the replica
+	r.reason = preemptedReason
 	defer r.closeSession(ctx)
 	return r.loop(ctx)
 }
@@ -190,6 +197,9 @@ func (c *runConfig) validate(ctx context.Context, cli *clientv3.Client, name str
 	case c.backoffMin <= 0 || c.backoffMax < c.backoffMin:
 		return fmt.Errorf("%w: backoff [%v, %v]", fencing.ErrInvalidArgument, c.backoffMin, c.backoffMax)
 	}
+	if err := c.checkRank(); err != nil {
+		return err
+	}
 	return fencing.ValidateName(name)
 }
 
@@ -202,7 +212,8 @@ type runner struct {
 	log   *slog.Logger
 	ttl   time.Duration // bounds each lease grant
 	s     *fencing.Session
-	fails int // consecutive rounds that ended without a completed term
+	cand  *candidacy // on s, when the replica ranks itself
+	fails int        // consecutive rounds that ended without a completed term
 	// resignFailed hands a term over that Resign could not: Run closes
 	// its session, RunGroup ends the session's round.
 	resignFailed func(context.Context)
@@ -229,6 +240,25 @@ func (r *runner) loop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// lead serves one term and decides what comes next: whether Run campaigns
+// again, and what Run returns if not. A ranked replica's term also ends when
+// a preferred candidate appears: then Run campaigns again at once, which
+// waits until no live candidate ranks above it.
+func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
+	if r.cand == nil {
+		return r.next(ctx, r.serve(ctx, t))
+	}
+	pctx, done := r.cand.whilePreferred(ctx)
+	res := r.serve(pctx, t)
+	preempted := errors.Is(context.Cause(pctx), ErrPreempted)
+	done()
+	if preempted && ctx.Err() == nil {
+		r.fails = 0
+		return true, nil
+	}
+	return r.next(ctx, res)
 }
 
 // underPrefix wraps err, an error of this package, under prefix, naming the
@@ -268,7 +298,70 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.Campaign(ctx, r.value)
+	if !r.cfg.ranked() {
+		return e.Campaign(ctx, r.value)
+	}
+	if r.cand == nil {
+		if r.cand, err = join(ctx, r.s, r.name, r.cfg.rank(), r.cfg.drain, r.log); err != nil {
+			return nil, err
+		}
+	}
+	return r.campaignRanked(ctx, e)
+}
+
+// campaignRanked waits until no live candidate ranks above this replica,
+// then campaigns while that holds. A term won just as a preferred candidate
+// appeared is resigned before any work starts.
+func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error) {
+	for {
+		if err := r.untilPreferred(ctx); err != nil {
+			return nil, err
+		}
+		pctx, done := r.cand.whilePreferred(ctx)
+		t, err := e.Campaign(pctx, r.value)
+		preempted := errors.Is(context.Cause(pctx), ErrPreempted)
+		done()
+		switch {
+		case err != nil && preempted && ctx.Err() == nil:
+			r.log.Debug("stopped campaigning", "cause", context.Cause(pctx))
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if err := r.cand.refresh(ctx); err != nil {
+			r.giveWay(ctx, t, err)
+			return nil, err
+		}
+		if ok, _ := r.cand.preferred(); ok {
+			return t, nil
+		}
+		r.giveWay(ctx, t, r.cand.preemption())
+	}
+}
+
+// untilPreferred waits until no live candidate ranks above this replica,
+// or ctx or the session ends.
+func (r *runner) untilPreferred(ctx context.Context) error {
+	for {
+		ok, changed := r.cand.preferred()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.s.Done():
+			return r.s.Err()
+		}
+	}
+}
+
+// giveWay resigns a term no work ran under, with cause as the reason.
+func (r *runner) giveWay(ctx context.Context, t *Term, cause error) {
+	gctx, cancel := context.WithCancelCause(ctx)
+	cancel(cause)
+	r.resign(gctx, t)
 }
 
 // campaignFailed returns err when no retry can help (etcd refused the
@@ -305,12 +398,6 @@ type served struct {
 	policy  Policy // what the term's end asks for: AfterSuccess's or AfterError's
 	lost    bool   // the term ended before work returned or Run's ctx ended
 	cause   error  // why the term ended, as OnStoppedLeading is told
-}
-
-// lead serves one term and decides what comes next: whether Run campaigns
-// again, and what Run returns if not.
-func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
-	return r.next(ctx, r.serve(ctx, t))
 }
 
 // serve runs work for t and ends t: it resigns unless the term was lost.
@@ -445,6 +532,10 @@ func backoff(ctx context.Context, lo, hi time.Duration, fails int) {
 func (r *runner) closeSession(ctx context.Context) {
 	if r.s == nil {
 		return
+	}
+	if r.cand != nil {
+		r.cand.leave()
+		r.cand = nil
 	}
 	cctx, cancel := ctxutil.Detach(ctx, leaveGrace, r.s.TTL())
 	defer cancel()

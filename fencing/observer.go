@@ -24,6 +24,11 @@ const (
 	// KindGroup names the membership keys of an election.RunGroup group,
 	// one per replica. They are no ownership: no event reports them.
 	KindGroup Kind = "group"
+	// KindCandidate names the records of election.Run replicas that rank
+	// themselves (election.Priority, election.WithDrain), one per replica
+	// and name, next to the election's queue. They are no ownership: no
+	// event reports them.
+	KindCandidate Kind = "candidate"
 )
 
 // Observer receives the events of a session and of every ownership made on

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/prefer"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -72,6 +73,23 @@ type Queue struct {
 	// Limit is a semaphore's number of permits, as its oldest key records
 	// it; 0 for the other kinds.
 	Limit int `json:"limit,omitempty"`
+	// Candidates are an election's ranked candidates (election.Priority,
+	// election.WithDrain), live ones only, by key; empty for the other
+	// kinds.
+	Candidates []Candidate `json:"candidates,omitempty"`
+}
+
+// Candidate is a ranked candidate of an election, as its record says.
+type Candidate struct {
+	Key string `json:"key"` // its record: <root><name>#candidate/<lease>-0
+	ID  string `json:"id"`  // its session's identity
+	// Priority is compared level by level, a prefix ranking lower.
+	Priority []int64 `json:"priority"`
+	// Drain says it asked to rank below every candidate not drained.
+	Drain bool `json:"drain,omitempty"`
+	// Preferred says no live candidate ranks above it: only preferred
+	// candidates campaign, and a leader that is not preferred gives way.
+	Preferred bool `json:"preferred"`
 }
 
 // Entry is one key of a queue: the owner, or a waiter.
@@ -179,6 +197,7 @@ func (q Queue) pick(holds bool) []Entry {
 // its keys under prefix.
 func (q *Queue) roles(prefix string) {
 	writerAhead, mixed := false, false
+	q.rank()
 	for i := range q.Entries {
 		e := &q.Entries[i]
 		dir, _, _ := strings.Cut(strings.TrimPrefix(e.Key, prefix), "/")
@@ -200,6 +219,17 @@ func (q *Queue) roles(prefix string) {
 	}
 }
 
+// rank marks the candidates no other ranks above, as election.Run does.
+func (q *Queue) rank() {
+	rs := make(map[string]prefer.Record, len(q.Candidates))
+	for _, c := range q.Candidates {
+		rs[c.Key] = prefer.Record{Key: c.Key, Priority: c.Priority, Drain: c.Drain}
+	}
+	for i := range q.Candidates {
+		q.Candidates[i].Preferred = prefer.Preferred(rs, rs[q.Candidates[i].Key])
+	}
+}
+
 // Read returns the queue of the lock (fencing.KindLock), election
 // (fencing.KindElection), semaphore (fencing.KindSemaphore) or read-write
 // lock (fencing.KindRWLock) called name under root, in one linearizable read of
@@ -214,7 +244,11 @@ func Read(ctx context.Context, cli *clientv3.Client, root string, kind fencing.K
 	if err != nil {
 		return Queue{}, fmt.Errorf("inspect: Read: %w", err)
 	}
-	qs, rev, err := inspect(ctx, cli, root, keyspace.Prefix(root, string(kind), name), kind)
+	prefix := keyspace.Prefix(root, string(kind), name)
+	if kind == fencing.KindElection { // and its candidates' records, next to it
+		prefix = keyspace.Prefix(root, "", name)
+	}
+	qs, rev, err := inspect(ctx, cli, root, prefix, kind)
 	if err != nil {
 		return Queue{}, err
 	}
@@ -290,18 +324,29 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 	}
 	byName := map[string]*Queue{}
 	var qs []*Queue
-	for _, kv := range resp.Kvs {
-		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
-		if !ok || !slices.Contains(queueKinds, fencing.Kind(kind)) || (only != "" && kind != string(only)) {
-			continue // not a queue key: someone else's, under the root
-		}
-		q := byName[kind+keyspace.Sep+name]
+	queue := func(kind fencing.Kind, name string) *Queue {
+		q := byName[string(kind)+keyspace.Sep+name]
 		if q == nil {
-			q = &Queue{Kind: fencing.Kind(kind), Name: name, Revision: resp.Header.Revision}
-			byName[kind+keyspace.Sep+name] = q
+			q = &Queue{Kind: kind, Name: name, Revision: resp.Header.Revision, Entries: []Entry{}}
+			byName[string(kind)+keyspace.Sep+name] = q
 			qs = append(qs, q)
 		}
-		q.Entries = append(q.Entries, entryOf(name, kv, resp.Header.GetClusterId()))
+		return q
+	}
+	for _, kv := range resp.Kvs {
+		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
+		switch {
+		case ok && kind == string(fencing.KindCandidate) && (only == "" || only == fencing.KindElection):
+			if r, err := prefer.Decode(string(kv.Key), kv.Value); err == nil {
+				q := queue(fencing.KindElection, name)
+				q.Candidates = append(q.Candidates, Candidate{Key: r.Key, ID: r.ID, Priority: r.Priority, Drain: r.Drain})
+			}
+		case !ok || !slices.Contains(queueKinds, fencing.Kind(kind)) || (only != "" && kind != string(only)):
+			continue // not a queue key: someone else's, under the root
+		default:
+			q := queue(fencing.Kind(kind), name)
+			q.Entries = append(q.Entries, entryOf(name, kv, resp.Header.GetClusterId()))
+		}
 	}
 	slices.SortFunc(qs, func(a, b *Queue) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
 	out := make([]Queue, len(qs))

@@ -58,10 +58,11 @@ func Compare(a, b Record) int {
 	return slices.Compare(a.Priority, b.Priority)
 }
 
-// Preferred reports whether no record of rs ranks above self.
+// Preferred reports whether no record of rs ranks above self; self's own
+// key in rs, perhaps an older copy, is not compared.
 func Preferred(rs map[string]Record, self Record) bool {
-	for _, r := range rs {
-		if Compare(r, self) > 0 {
+	for k, r := range rs {
+		if k != self.Key && Compare(r, self) > 0 {
 			return false
 		}
 	}

@@ -1,0 +1,274 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/retry"
+	"github.com/leasehold/leasehold/internal/sessionlink"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A candidacy is a ranked replica's record among a name's candidates, on one
+// session, and its view of the others' records. The records sit next to the
+// election's queue, each on its replica's session lease, so a candidate
+// whose lease is gone is gone from every view with its queue key.
+type candidacy struct {
+	link   *sessionlink.Link
+	prefix string // of the name's records
+	drain  *Drain
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	self    prefer.Record
+	records map[string]prefer.Record // by key, as last read or watched
+	changed chan struct{}            // closed at each change of records
+
+	stop context.CancelFunc
+	done chan struct{} // closed when the watch has returned
+}
+
+// join writes this replica's record for name on s and reads the others' in
+// one txn, then follows them until leave or the session ends.
+func join(ctx context.Context, s *fencing.Session, name string, rank []int64, drain *Drain, log *slog.Logger) (*candidacy, error) {
+	l := sessionlink.Of(s.Context())
+	prefix := keyspace.Prefix(l.Root, string(fencing.KindCandidate), name)
+	c := &candidacy{link: l, prefix: prefix, drain: drain, log: log, changed: make(chan struct{}), done: make(chan struct{}),
+		self: prefer.Record{Key: prefix + l.KeyStem + "0", ID: l.Identity, Priority: rank}}
+	var draining <-chan struct{}
+	if drain != nil {
+		c.self.Drain, draining = drain.state()
+	}
+	rev, err := c.put(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	wctx, stop := context.WithCancel(l.Life)
+	c.stop = stop
+	go c.follow(wctx, rev, draining)
+	return c, nil
+}
+
+// leave stops following the records; the session's end removes the record.
+func (c *candidacy) leave() {
+	c.stop()
+	<-c.done
+}
+
+// preferred reports whether no live candidate ranks above this replica, and
+// returns a channel closed at the next change of the view.
+func (c *candidacy) preferred() (bool, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return prefer.Preferred(c.records, c.self), c.changed
+}
+
+// whilePreferred returns a child of ctx that ends, with a cause wrapping
+// ErrPreempted, once a live candidate ranks above this replica.
+func (c *candidacy) whilePreferred(ctx context.Context) (context.Context, context.CancelFunc) {
+	pctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		for {
+			ok, changed := c.preferred()
+			if !ok {
+				cancel(c.preemption())
+				return
+			}
+			select {
+			case <-changed:
+			case <-pctx.Done():
+				return
+			}
+		}
+	}()
+	return pctx, func() { cancel(nil) }
+}
+
+// preemption says who this replica gives way to.
+func (c *candidacy) preemption() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	others := maps.Clone(c.records)
+	delete(others, c.self.Key)
+	top := prefer.Top(others)
+	if len(top) == 0 {
+		return ErrPreempted
+	}
+	r := others[top[0]]
+	if c.self.Drain {
+		return fmt.Errorf("%w: drained; %q (priority %v) is live", ErrPreempted, r.ID, r.Priority)
+	}
+	return fmt.Errorf("%w: %q (priority %v) ranks above %v", ErrPreempted, r.ID, r.Priority, c.self.Priority)
+}
+
+// refresh reads every record again: a term just won is checked against
+// records written before the win that the watch may not have delivered yet.
+func (c *candidacy) refresh(ctx context.Context) error {
+	_, err := c.read(ctx)
+	return err
+}
+
+// put writes this replica's record and, when read is set, reads every
+// record in the same txn. It returns the txn's revision.
+func (c *candidacy) put(ctx context.Context, read bool) (int64, error) {
+	c.mu.Lock()
+	val := prefer.Encode(c.self)
+	c.mu.Unlock()
+	ops := []clientv3.Op{clientv3.OpPut(c.self.Key, val, clientv3.WithLease(c.link.Lease))}
+	if read {
+		ops = append(ops, clientv3.OpGet(c.prefix, clientv3.WithPrefix()))
+	}
+	var resp *clientv3.TxnResponse
+	var unsure bool
+	err := retry.Until(ctx, c.link.Life, c.link.Latency, &unsure, func(ctx context.Context) (err error) {
+		resp, err = c.link.Client.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("election: candidate record %q: %w", c.self.Key, err)
+	}
+	if read {
+		if len(resp.Responses) < 2 || resp.Responses[1].GetResponseRange() == nil {
+			return 0, retry.ErrMalformed
+		}
+		c.replace(resp.Responses[1].GetResponseRange().Kvs)
+	}
+	return resp.Header.Revision, nil
+}
+
+// read replaces the view with a fresh read and returns its revision.
+func (c *candidacy) read(ctx context.Context) (int64, error) {
+	var resp *clientv3.GetResponse
+	var unsure bool
+	err := retry.Until(ctx, c.link.Life, c.link.Latency, &unsure, func(ctx context.Context) (err error) {
+		resp, err = c.link.Client.Get(ctx, c.prefix, clientv3.WithPrefix())
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("election: read candidates %q: %w", c.prefix, err)
+	}
+	c.replace(resp.Kvs)
+	return resp.Header.Revision, nil
+}
+
+// follow watches the records from rev on, reading them again when the watch
+// breaks, and writes this replica's record again when the drain changes or
+// someone deleted it, until ctx ends.
+func (c *candidacy) follow(ctx context.Context, rev int64, draining <-chan struct{}) {
+	defer close(c.done)
+	for ctx.Err() == nil {
+		err := c.watch(ctx, rev, draining)
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, errWatchBroken) {
+			c.log.Warn("watch of candidates failed; reading again", "err", err)
+			retry.Pause(ctx, retry.MinBackoff)
+		}
+		if rev, err = c.read(ctx); err != nil {
+			rev = 0 // read again first
+			retry.Pause(ctx, retry.MaxBackoff)
+			continue
+		}
+		draining = c.sync(ctx, draining)
+	}
+}
+
+// watch applies the records' changes from rev on until the watch breaks or
+// ctx ends.
+func (c *candidacy) watch(ctx context.Context, rev int64, draining <-chan struct{}) error {
+	if rev == 0 {
+		return errWatchBroken
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := c.link.Client.Watch(wctx, c.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-draining:
+			draining = c.sync(ctx, draining)
+		case resp, ok := <-wch:
+			if !ok || resp.CompactRevision != 0 {
+				return errWatchBroken
+			}
+			if err := resp.Err(); err != nil {
+				return retry.Typed(err)
+			}
+			c.apply(resp.Events)
+			draining = c.sync(ctx, draining)
+		}
+	}
+}
+
+// sync writes this replica's record again if the drain changed or the
+// record is missing from the view, and returns the drain's next change.
+func (c *candidacy) sync(ctx context.Context, draining <-chan struct{}) <-chan struct{} {
+	c.mu.Lock()
+	_, present := c.records[c.self.Key]
+	was := c.self.Drain
+	if c.drain != nil {
+		c.self.Drain, draining = c.drain.state()
+	}
+	changed := !present || was != c.self.Drain
+	if was != c.self.Drain {
+		c.notify() // this replica's rank changed: whilePreferred must look
+	}
+	c.mu.Unlock()
+	if changed {
+		if _, err := c.put(ctx, false); err != nil && ctx.Err() == nil {
+			c.log.Warn("writing the candidate record failed", "err", err)
+		}
+	}
+	return draining
+}
+
+func (c *candidacy) apply(evs []*clientv3.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ev := range evs {
+		key := string(ev.Kv.Key)
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(c.records, key)
+			continue
+		}
+		c.set(key, ev.Kv.Value)
+	}
+	c.notify()
+}
+
+func (c *candidacy) replace(kvs []*mvccpb.KeyValue) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.records = map[string]prefer.Record{}
+	for _, kv := range kvs {
+		c.set(string(kv.Key), kv.Value)
+	}
+	c.notify()
+}
+
+// set records the record key key with value; one that cannot be decoded
+// (not written by Run) is left out, as a candidate that does not rank.
+func (c *candidacy) set(key string, value []byte) {
+	r, err := prefer.Decode(key, value)
+	if err != nil {
+		c.log.Warn("ignoring a candidate record", "err", err)
+		delete(c.records, key)
+		return
+	}
+	c.records[key] = r
+}
+
+func (c *candidacy) notify() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}

@@ -1,0 +1,323 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/fencing/inspect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// fleet runs ranked Run replicas of one name, each on its own client, and
+// records each work's start and end. Its check fails the test if two works
+// ever ran at once.
+type fleet struct {
+	t        *testing.T
+	c        *fencingtest.Cluster
+	mu       sync.Mutex
+	working  string             // who works now
+	overlaps []string           // "a while b": a work started while another ran
+	starts   []string           // who started working, in order
+	causes   map[string][]error // why each one's works ended
+	stops    map[string]func() error
+}
+
+const fleetName = "svc"
+
+func newFleet(t *testing.T, c *fencingtest.Cluster) *fleet {
+	return &fleet{t: t, c: c, causes: map[string][]error{}, stops: map[string]func() error{}}
+}
+
+// start runs replica id on its own client (cli, or a new one when nil).
+func (f *fleet) start(id string, cli *clientv3.Client, opts ...election.RunOption) {
+	if cli == nil {
+		cli = f.c.Client(f.t)
+	}
+	all := append([]election.RunOption{election.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+		election.WithSessionOptions(fencing.WithIdentity(id))}, opts...)
+	f.stops[id] = fencingtest.Go(f.t, func(ctx context.Context) error {
+		return election.Run(ctx, cli, fleetName, id, f.work(id), all...)
+	})
+}
+
+// stop ends replica id's Run (which resigns at once) and waits for it.
+func (f *fleet) stop(id string) {
+	if err := f.stops[id](); err != nil {
+		f.t.Fatalf("Run of %s: %v", id, err)
+	}
+}
+
+func (f *fleet) work(id string) func(ctx context.Context, t *election.Term) error {
+	return func(ctx context.Context, t *election.Term) error {
+		f.mu.Lock()
+		if f.working != "" {
+			f.overlaps = append(f.overlaps, id+" while "+f.working)
+		}
+		f.working = id
+		f.starts = append(f.starts, id)
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		f.working = ""
+		f.causes[id] = append(f.causes[id], context.Cause(ctx))
+		f.mu.Unlock()
+		return nil
+	}
+}
+
+// waitLeader waits until id works and etcd says it leads.
+func (f *fleet) waitLeader(id string) {
+	f.t.Helper()
+	fencingtest.WaitFor(f.t, wait, id+" leading", func() bool {
+		f.mu.Lock()
+		working := f.working
+		f.mu.Unlock()
+		owner, ok := f.c.Queue(f.t, fencing.KindElection, fleetName).Owner()
+		return working == id && ok && owner.Value == id
+	})
+}
+
+// waitQueued waits until id waits in the election's queue.
+func (f *fleet) waitQueued(id string) {
+	f.t.Helper()
+	fencingtest.WaitFor(f.t, wait, id+" queued", func() bool {
+		return slices.ContainsFunc(f.c.Queue(f.t, fencing.KindElection, fleetName).Waiters(),
+			func(e inspect.Entry) bool { return e.Value == id })
+	})
+}
+
+// waitCandidates waits until the records of ids, and only those, are live.
+func (f *fleet) waitCandidates(ids ...string) {
+	f.t.Helper()
+	slices.Sort(ids)
+	fencingtest.WaitFor(f.t, wait, fmt.Sprintf("candidates %v", ids), func() bool {
+		var live []string
+		for _, c := range f.c.Queue(f.t, fencing.KindElection, fleetName).Candidates {
+			live = append(live, c.ID)
+		}
+		slices.Sort(live)
+		return slices.Equal(live, ids)
+	})
+}
+
+func (f *fleet) started() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.starts)
+}
+
+func (f *fleet) check(want ...string) {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.overlaps) > 0 {
+		f.t.Fatalf("works ran at once: %v", f.overlaps)
+	}
+	if !slices.Equal(f.starts, want) {
+		f.t.Fatalf("works started on %v, want %v", f.starts, want)
+	}
+}
+
+// preempted counts id's works that ended with ErrPreempted.
+func (f *fleet) preempted(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.causes[id] {
+		if errors.Is(c, election.ErrPreempted) {
+			n++
+		}
+	}
+	return n
+}
+
+// permutations returns every order of s.
+func permutations(s []string) [][]string {
+	if len(s) <= 1 {
+		return [][]string{slices.Clone(s)}
+	}
+	var out [][]string
+	for i := range s {
+		rest := slices.Concat(s[:i], s[i+1:])
+		for _, p := range permutations(rest) {
+			out = append(out, append([]string{s[i]}, p...))
+		}
+	}
+	return out
+}
+
+// A rolling upgrade of three replicas from v1.4.2 to v1.5.0 (each new
+// replica started and ready before the one it replaces stops, as a
+// Deployment with maxUnavailable 0 does) moves leadership exactly once, to
+// the first new replica, whatever the order the old ones are replaced in.
+func TestPriorityRollingUpgradeMovesOnce(t *testing.T) {
+	c := fencingtest.Single(t)
+	for _, order := range permutations([]string{"a", "b", "c"}) {
+		t.Run(strings.Join(order, ""), func(t *testing.T) {
+			f := newFleet(t, c)
+			for _, id := range []string{"a", "b", "c"} {
+				f.start(id, nil, election.PriorityVersion("v1.4.2"))
+			}
+			f.waitCandidates("a", "b", "c")
+			fencingtest.WaitFor(t, wait, "a leader", func() bool { return len(f.started()) > 0 })
+			first := f.started()[0]
+			f.waitLeader(first)
+			live := []string{"a", "b", "c"}
+			for i, old := range order {
+				id := old + "2"
+				f.start(id, nil, election.PriorityVersion("v1.5.0+linux"))
+				live = append(live, id)
+				f.waitCandidates(live...)
+				if i == 0 {
+					f.waitLeader(id)
+				} else {
+					f.waitQueued(id)
+				}
+				f.stop(old)
+				live = slices.DeleteFunc(live, func(s string) bool { return s == old })
+				f.waitCandidates(live...)
+			}
+			f.waitLeader(order[0] + "2")
+			f.check(first, order[0]+"2")
+			if n := f.preempted(first); n != 1 {
+				t.Fatalf("%s's work ended with ErrPreempted %d times, want 1 (causes %v)", first, n, f.causes[first])
+			}
+			for _, id := range live {
+				f.stop(id)
+			}
+		})
+	}
+}
+
+// A canary (the lowest priority) leads only while no other candidate is
+// live, and gives way as soon as one is.
+func TestPriorityCanaryLeadsOnlyAlone(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	f.start("canary", nil, election.Priority(1))
+	f.waitLeader("canary")
+	f.start("a", nil, election.Priority(2))
+	f.waitLeader("a")
+	f.start("b", nil, election.Priority(2))
+	f.waitQueued("b")
+	f.stop("a")
+	f.waitLeader("b")
+	f.stop("b")
+	f.waitLeader("canary")
+	f.start("a", nil, election.Priority(2))
+	f.waitLeader("a")
+	f.check("canary", "a", "b", "canary", "a")
+	if n := f.preempted("canary"); n != 2 {
+		t.Fatalf("the canary's work ended with ErrPreempted %d times, want 2: %v", n, f.causes["canary"])
+	}
+}
+
+// Equal priorities never preempt each other: the first leads, the others
+// queue, and a newcomer of the same priority queues too.
+func TestPriorityEqualNeverPreempts(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	f.start("a", nil, election.Priority(7, 1))
+	f.waitLeader("a")
+	f.start("b", nil, election.Priority(7, 1))
+	f.start("c", nil, election.Priority(7, 1))
+	f.waitQueued("b")
+	f.waitQueued("c")
+	f.stop("a")
+	fencingtest.WaitFor(t, wait, "a second leader", func() bool { return len(f.started()) == 2 })
+	second := f.started()[1]
+	f.waitLeader(second)
+	f.start("d", nil, election.Priority(7, 1))
+	f.waitQueued("d")
+	f.check("a", second)
+}
+
+// A preferred replica cut off from etcd has no live session, so it cannot
+// win: a lower one leads meanwhile, and the preferred one takes over again
+// once its link heals and it has a new session.
+func TestPriorityPartitionedPreferredDoesNotWin(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	ttl := election.WithSessionOptions(fencing.WithTTL(fencing.MinTTL))
+	f.start("low", nil, election.Priority(1), ttl)
+	f.waitLeader("low")
+	cli, link := c.ProxiedClient(t)
+	f.start("high", cli, election.Priority(2), ttl)
+	f.waitLeader("high")
+	link.Blackhole()
+	f.waitLeader("low") // once high's lease expired in etcd
+	f.waitCandidates("low")
+	link.Restore()
+	f.waitLeader("high")
+	f.check("low", "high", "low", "high")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if causes := f.causes["high"]; len(causes) != 1 || errors.Is(causes[0], election.ErrPreempted) {
+		t.Fatalf("high's first term should end with the partition, not a preemption: %v", causes)
+	}
+}
+
+// Drain moves leadership off a replica, to one of equal priority; undrained,
+// it does not take leadership back. A drained replica alone still leads.
+func TestDrainMovesLeadership(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	var da, db election.Drain
+	f.start("a", nil, election.WithDrain(&da))
+	f.waitLeader("a")
+	f.start("b", nil, election.WithDrain(&db))
+	f.waitQueued("b")
+	da.Set(true)
+	f.waitLeader("b")
+	if q := c.Queue(t, fencing.KindElection, fleetName); len(q.Entries) != 1 {
+		t.Fatalf("drained a still queues: %+v", q.Entries) // it would win if b went
+	}
+	da.Set(false)
+	f.waitQueued("a") // and leadership stays with b: equal priorities
+	db.Set(true)
+	f.waitLeader("a")
+	f.stop("a")
+	f.waitLeader("b") // drained, but alone
+	f.check("a", "b", "a", "b")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cause := f.causes["a"][0]; !errors.Is(cause, election.ErrPreempted) || !strings.Contains(cause.Error(), "drained") {
+		t.Fatalf("a's drained term ended with %v, want ErrPreempted saying drained", cause)
+	}
+}
+
+func TestPriorityRejectsBadInput(t *testing.T) {
+	c := fencingtest.Single(t)
+	cli := c.Client(t)
+	work := func(context.Context, *election.Term) error { return nil }
+	for name, opts := range map[string][]election.RunOption{
+		"no levels":        {election.Priority()},
+		"too many levels":  {election.Priority(make([]int64, 17)...)},
+		"two priorities":   {election.Priority(1), election.Priority(2)},
+		"version then int": {election.PriorityVersion("1.2"), election.Priority(1, 3)},
+		"pre-release":      {election.PriorityVersion("v1.2.0-rc.1")},
+		"not a version":    {election.PriorityVersion("latest")},
+		"nil drain":        {election.WithDrain(nil)},
+	} {
+		err := election.Run(fencingtest.Context(t, wait), cli, fleetName, "x", work, opts...)
+		if !errors.Is(err, fencing.ErrInvalidArgument) {
+			t.Errorf("%s: Run = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	err := election.Run(fencingtest.Context(t, wait), cli, fleetName, "x", work, election.Priority(1, 2), election.Priority(1, 2))
+	if err != nil {
+		t.Fatalf("the same priority twice: %v", err)
+	}
+	if q := c.Queue(t, fencing.KindElection, fleetName); len(q.Entries)+len(q.Candidates) > 0 {
+		t.Fatalf("keys left after Runs that returned: %+v", q)
+	}
+}
