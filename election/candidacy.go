@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
@@ -271,4 +272,47 @@ func (c *candidacy) set(key string, value []byte) {
 func (c *candidacy) notify() {
 	close(c.changed)
 	c.changed = make(chan struct{})
+}
+
+// handoffWait bounds how long a leader that gives way waits for a preferred
+// candidate to queue next: one that never does (its campaigns fail) delays
+// the handover by no more than this.
+const handoffWait = 2 * time.Second
+
+// awaitSuccessor waits, up to handoffWait, until the candidate queued right
+// behind t is a preferred one. Resigning then hands the name straight to it,
+// not to a lower candidate that has yet to see the preferred one's record
+// and withdraw (it would lead for a moment, then give way in turn).
+func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
+	ctx, cancel := context.WithTimeout(ctx, handoffWait)
+	defer cancel()
+	queue := keyspace.Prefix(c.link.Root, string(fencing.KindElection), t.Token().Name)
+	for ctx.Err() == nil {
+		resp, err := c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
+		if err != nil {
+			retry.Pause(ctx, retry.MinBackoff)
+			continue
+		}
+		if len(resp.Kvs) == 2 && c.isPreferred(string(resp.Kvs[1].Key), resp.Kvs[1].Lease) {
+			return
+		}
+		_, changed := c.preferred()
+		wctx, stop := context.WithCancel(ctx)
+		wch := c.link.Client.Watch(wctx, queue, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		select {
+		case <-wch:
+		case <-changed:
+		case <-ctx.Done():
+		}
+		stop()
+	}
+}
+
+// isPreferred reports whether the queue key key, on lease, is a preferred
+// candidate's: its session's record is live and nothing ranks above it.
+func (c *candidacy) isPreferred(key string, lease int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.records[c.prefix+fmt.Sprintf("%016x-0", lease)]
+	return ok && prefer.Preferred(c.records, r)
 }

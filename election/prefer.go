@@ -50,6 +50,18 @@ func PriorityVersion(version string) RunOption {
 	}
 }
 
+// ParseVersion returns the Priority levels of a release version, as
+// PriorityVersion ranks it: "v1.28.3" gives [1 28 3]. Its errors wrap
+// fencing.ErrInvalidArgument. Use it to check a version given on a command
+// line before starting Run.
+func ParseVersion(version string) ([]int64, error) {
+	p, err := prefer.ParseVersion(version)
+	if err != nil {
+		return nil, fmt.Errorf("election: %w: %w", fencing.ErrInvalidArgument, err)
+	}
+	return p, nil
+}
+
 func (c *runConfig) setPriority(p []int64, err error) {
 	if err == nil {
 		err = prefer.Check(p)

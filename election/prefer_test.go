@@ -27,6 +27,7 @@ type fleet struct {
 	working  string             // who works now
 	overlaps []string           // "a while b": a work started while another ran
 	starts   []string           // who started working, in order
+	terms    []string           // who won a term, in order (one given way at once too)
 	causes   map[string][]error // why each one's works ended
 	stops    map[string]func() error
 }
@@ -42,8 +43,13 @@ func (f *fleet) start(id string, cli *clientv3.Client, opts ...election.RunOptio
 	if cli == nil {
 		cli = f.c.Client(f.t)
 	}
+	won := fencing.Observer{OnAcquire: func(fencing.AcquireEvent) {
+		f.mu.Lock()
+		f.terms = append(f.terms, id)
+		f.mu.Unlock()
+	}}
 	all := append([]election.RunOption{election.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
-		election.WithSessionOptions(fencing.WithIdentity(id))}, opts...)
+		election.WithSessionOptions(fencing.WithIdentity(id), fencing.WithObserver(won))}, opts...)
 	f.stops[id] = fencingtest.Go(f.t, func(ctx context.Context) error {
 		return election.Run(ctx, cli, fleetName, id, f.work(id), all...)
 	})
@@ -124,6 +130,9 @@ func (f *fleet) check(want ...string) {
 	}
 	if !slices.Equal(f.starts, want) {
 		f.t.Fatalf("works started on %v, want %v", f.starts, want)
+	}
+	if !slices.Equal(f.terms, want) {
+		f.t.Fatalf("terms won by %v, want %v: a candidate won and gave way at once", f.terms, want)
 	}
 }
 

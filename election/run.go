@@ -223,6 +223,9 @@ type runner struct {
 	// stays, when set, lasts as long as the replica does (RunGroup's round):
 	// a resign gets a leave's grace only once it ends.
 	stays context.Context
+	// handoff, when set, runs before a resign with a reason: Run waits for
+	// the preferred candidate to queue next.
+	handoff func(context.Context, *Term)
 }
 
 func (r *runner) loop(ctx context.Context) error {
@@ -305,6 +308,7 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 		if r.cand, err = join(ctx, r.s, r.name, r.cfg.rank(), r.cfg.drain, r.log); err != nil {
 			return nil, err
 		}
+		r.handoff = r.cand.awaitSuccessor
 	}
 	return r.campaignRanked(ctx, e)
 }
@@ -483,6 +487,9 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 	if r.reason != nil {
 		reason = r.reason(ctx)
 	}
+	if reason != nil && r.handoff != nil {
+		r.handoff(rctx, t)
+	}
 	report, err := t.resign(rctx, reason)
 	report()
 	if errors.Is(err, ErrNotLeader) {
@@ -492,6 +499,9 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 		r.log.Warn("resign failed; the lease will expire", "token", t.Token(), "err", err)
 		r.resignFailed(ctx)
 		return err
+	}
+	if reason != nil {
+		return fmt.Errorf("%w: %w", errResigned, reason)
 	}
 	return errResigned
 }

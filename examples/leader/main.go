@@ -12,6 +12,12 @@
 // GET /leader answers, from Observe, who leads now (503 when nobody does or
 // when etcd cannot tell). POST /resign makes this replica step down if it
 // leads (409 otherwise); it then campaigns again, at the back of the queue.
+// POST /drain moves leadership off this replica and keeps it off while
+// another replica that is not drained runs (a drained replica alone still
+// leads); DELETE /drain ends the drain. --priority V ranks the replica by V,
+// a version such as the build's (v1.5.0): while a replica of a higher
+// priority runs, the others do not lead, so in a rolling upgrade the first
+// replica of the new version takes over once (election.Priority).
 // POST /proclaim?value=V changes the value the leader advertises (409 if
 // this replica does not lead). GET /metrics serves the replica's Prometheus
 // metrics (see metrics.go): leasehold_owner is 1 while it leads, as far as it
@@ -44,6 +50,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/examples/internal/connect"
 	"github.com/leasehold/leasehold/examples/internal/program"
 	"github.com/leasehold/leasehold/fencing"
@@ -59,15 +66,19 @@ type config struct {
 	listen string
 	name   string
 	ttl    time.Duration
+	// priority ranks the replica (--priority); nil: the lowest, as
+	// every replica of an older version of this program is.
+	priority []int64
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := program.Flags("leader", stderr, &c.conn, "127.0.0.1:2379",
-		"usage: leader [connection flags] [--listen ADDR] [--name NAME] [--ttl D] [-v]")
+		"usage: leader [connection flags] [--listen ADDR] [--name NAME] [--ttl D] [--priority V] [-v]")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8081", "address to serve HTTP on (port 0: any free port); the address served on is this replica's campaign value")
 	fs.StringVar(&c.name, "name", "leader-example", "election name")
 	fs.DurationVar(&c.ttl, "ttl", fencing.DefaultTTL, "lease TTL: how long a vanished leader blocks the others")
+	version := fs.String("priority", "", "rank this replica by a version (1.5.0, v2): the highest live one leads")
 	err := program.Parse(fs, args, func(args []string) error {
 		switch {
 		case len(args) > 0:
@@ -77,6 +88,13 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 		if err := fencing.ValidateName(c.name); err != nil {
 			return fmt.Errorf("--name: %w", err)
+		}
+		if *version != "" {
+			p, err := election.ParseVersion(*version)
+			if err != nil {
+				return fmt.Errorf("--priority: %w", err)
+			}
+			c.priority = p
 		}
 		return c.conn.Validate()
 	})
@@ -104,6 +122,7 @@ func serve(ctx context.Context, cli *clientv3.Client, ln net.Listener, c config,
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
 	r := newReplica(c.name, ln.Addr().String(), c.ttl, log)
+	r.priority = c.priority
 	srv := &http.Server{Handler: withMetrics(r, reg), ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Serve(ln) })

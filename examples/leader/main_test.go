@@ -261,3 +261,62 @@ func TestProgramHealthyWhenLeadingAfterPause(t *testing.T) {
 		t.Fatalf("healthz of the replica that leads again: %d %s", code, body)
 	}
 }
+
+func request(t *testing.T, method, url string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// As an operator drains a replica before maintenance: POST /drain moves
+// leadership off it and keeps it off (a /resign of the new leader hands
+// nothing back); DELETE /drain makes it a candidate again.
+func TestProgramDrain(t *testing.T) {
+	c := fencingtest.SingleTLS(t)
+	_, a := startProgram(t, tlsArgs(c)...)
+	first := leads(t, a, "")
+	_, b := startProgram(t, tlsArgs(c)...)
+	if code := post(t, a, "/drain"); code != http.StatusOK {
+		t.Fatalf("drain: %d", code)
+	}
+	second := leads(t, b, first)
+	if code := post(t, b, "/resign"); code != http.StatusOK {
+		t.Fatalf("resign: %d", code)
+	}
+	leads(t, b, second) // the drained replica does not take it
+	if code := request(t, http.MethodDelete, a+"/drain"); code != http.StatusOK {
+		t.Fatalf("undrain: %d", code)
+	}
+	fencingtest.WaitFor(t, hang, "a to queue again", func() bool {
+		return len(c.Queue(t, fencing.KindElection, "leader-example").Entries) == 2
+	})
+}
+
+// A rolling upgrade as a user runs it: two replicas of v1.4.0, then one of
+// v1.5.0 takes over at once; the old ones stopped, it keeps leading.
+func TestProgramPriorityUpgrade(t *testing.T) {
+	c := fencingtest.SingleTLS(t)
+	old1, a := startProgram(t, append(tlsArgs(c), "--priority", "v1.4.0")...)
+	leads(t, a, "")
+	old2, _ := startProgram(t, append(tlsArgs(c), "--priority", "v1.4.0")...)
+	_, n := startProgram(t, append(tlsArgs(c), "--priority", "v1.5.0")...)
+	tok := leads(t, n, "")
+	old1.Signal(t, syscall.SIGTERM)
+	old2.Signal(t, syscall.SIGTERM)
+	old1.Wait(t, hang)
+	old2.Wait(t, hang)
+	if code, l := getLeader(t, n); code != http.StatusOK || !l.Self || l.Token != tok {
+		t.Fatalf("after the old replicas stopped: %d %+v, want the new replica's term %s", code, l, tok)
+	}
+	if !strings.Contains(old1.Stderr(), "preempted") {
+		t.Fatalf("the old leader does not log why it stopped leading:\n%s", old1.Stderr())
+	}
+}

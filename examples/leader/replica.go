@@ -28,6 +28,9 @@ type replica struct {
 	term *election.Term        // guarded by mu: nil unless this replica leads
 	seen *election.Observation // guarded by mu: the latest observation
 
+	priority []int64        // nil: unranked by priority (the lowest)
+	drain    election.Drain // set through /drain
+
 	health   guard.Health // fails while this replica acts on a term past its ValidUntil
 	standing standing     // fails while this replica's session cannot vouch for its lease
 }
@@ -38,6 +41,8 @@ func newReplica(name, value string, ttl time.Duration, log *slog.Logger) *replic
 	r.mux.HandleFunc("GET /leader", r.leader)
 	r.mux.HandleFunc("POST /resign", r.resign)
 	r.mux.HandleFunc("POST /proclaim", r.proclaim)
+	r.mux.HandleFunc("POST /drain", r.setDrain(true))
+	r.mux.HandleFunc("DELETE /drain", r.setDrain(false))
 	r.mux.HandleFunc("GET /healthz", r.healthz)
 	return r
 }
@@ -53,10 +58,17 @@ func (r *replica) run(ctx context.Context, cli *clientv3.Client, obs fencing.Obs
 	wg.Go(func() { r.observe(ctx, cli) })
 	// Run makes a new session whenever the last one is lost and campaigns
 	// again: a replica never leaves the election while it runs.
-	err := election.Run(ctx, cli, r.name, r.value, r.lead,
+	opts := []election.RunOption{election.WithDrain(&r.drain)}
+	if r.priority != nil {
+		opts = append(opts, election.Priority(r.priority...))
+	}
+	err := election.Run(ctx, cli, r.name, r.value, r.lead, append(opts,
 		election.WithSessionOptions(fencing.WithTTL(r.ttl), fencing.WithLogger(r.log), fencing.WithObserver(obs)),
 		election.WithHealth(&r.health), election.AfterSuccess(election.KeepLeading), election.OnSession(r.standing.session),
-		election.OnStartedLeading(func(t *election.Term) { r.log.Info("leading", "token", t.Token()) }))
+		election.OnStartedLeading(func(t *election.Term) { r.log.Info("leading", "token", t.Token()) }),
+		election.OnStoppedLeading(func(t *election.Term, cause error) {
+			r.log.Info("stopped leading", "token", t.Token(), "cause", cause)
+		}))...)
 	if err != nil { // only for arguments that parse already refused
 		r.log.Error("cannot campaign", "err", err)
 	}
@@ -188,6 +200,16 @@ func (r *replica) resign(w http.ResponseWriter, req *http.Request) {
 		err := t.Resign(ctx)
 		r.log.Info("resign requested", "token", t.Token(), "err", err)
 		reply(w, err)
+	}
+}
+
+// setDrain starts (on) or ends a drain: election.Run moves leadership off
+// this replica while another replica that is not drained runs.
+func (r *replica) setDrain(on bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		r.drain.Set(on)
+		r.log.Info("drain set", "draining", on)
+		fmt.Fprintln(w, "ok")
 	}
 }
 
