@@ -37,8 +37,11 @@ const (
 // RunGroup runs work for each of names on whichever replica of group (a
 // RunGroup call, in any process) the name is assigned to, with Run's
 // guarantees per name. With R replicas listing the same N names, none leads
-// more than ⌈N/R⌉ once they have seen each other; a name that moves ends
-// its work's context with a cause wrapping ErrRebalanced. The options are
+// more than ⌈N/R⌉ once they have seen each other (with Weight, its weight's
+// share); a name that moves ends its work's context with a cause wrapping
+// ErrRebalanced. Priority and WithDrain rank replicas: a name goes only to
+// the highest-ranked replicas that list it, balanced among them, and a
+// lower-ranked replica leads it only while none of those runs. The options are
 // Run's; both policies default to Recampaign. When ctx ends, RunGroup hands
 // its names over, resigns, and returns nil within three seconds of the
 // works' return. Errors: bad arguments, a refused grant
@@ -192,6 +195,7 @@ type round struct {
 	running  map[string]*nameLoop     // the names this replica leads or campaigns for
 	declined map[string]time.Time     // the grouper's: names declined, until when
 	expiry   *time.Timer              // fires when the earliest decline ends
+	draining <-chan struct{}          // closed when WithDrain's switch changes (nil: none)
 	events   chan event               // from the names' loops
 	wg       sync.WaitGroup           // the names' loops
 }

@@ -131,6 +131,11 @@ func (r *round) watch(ctx context.Context, rev int64) error {
 				return err
 			}
 			r.reassign()
+		case <-r.draining: // WithDrain's switch changed: say so
+			if err := r.putMember(ctx); err != nil {
+				return err
+			}
+			r.reassign()
 		case <-r.expiry.C:
 			r.undecline()
 			if err := r.putMember(ctx); err != nil {
@@ -174,7 +179,11 @@ func (r *round) armExpiry() {
 // putMember writes this replica's membership key over its last known write,
 // so that an attempt given up and applied late cannot undo a later write.
 func (r *round) putMember(ctx context.Context) error {
-	m := assign.Member{Key: r.key, ID: r.link.Identity, Names: r.g.names, Declined: slices.Sorted(maps.Keys(r.declined))}
+	m := assign.Member{Key: r.key, ID: r.link.Identity, Names: r.g.names, Declined: slices.Sorted(maps.Keys(r.declined)),
+		Priority: r.g.cfg.priority, Weight: r.g.cfg.weight}
+	if d := r.g.cfg.drain; d != nil {
+		m.Drain, r.draining = d.state()
+	}
 	val := assign.Encode(m)
 	var unsure bool
 	err := retry.Do(ctx, r.link.Latency, &unsure, func(ctx context.Context) error {

@@ -87,6 +87,14 @@ func WithDrain(d *Drain) RunOption {
 	return func(c *runConfig) { c.drain, c.drainSet = d, true }
 }
 
+// Weight sets this replica's share of a RunGroup's names relative to the
+// other replicas': with weights 2, 1 and 1, the first leads half the names.
+// Unset: 1. It has no effect on Run. Run and RunGroup return
+// fencing.ErrInvalidArgument for w <= 0.
+func Weight(w int) RunOption {
+	return func(c *runConfig) { c.weight, c.weightSet = w, true }
+}
+
 // Drain is a switch, shared with the Runs given it by WithDrain, that moves
 // leadership off them. The zero value is ready and not draining; it is safe
 // for concurrent use.
@@ -147,6 +155,8 @@ func (c *runConfig) checkRank() error {
 		return fmt.Errorf("%w: %w", fencing.ErrInvalidArgument, c.badPriority)
 	case c.drainSet && c.drain == nil:
 		return fmt.Errorf("%w: nil drain", fencing.ErrInvalidArgument)
+	case c.weightSet && c.weight <= 0:
+		return fmt.Errorf("%w: weight %d", fencing.ErrInvalidArgument, c.weight)
 	}
 	return nil
 }

@@ -52,6 +52,8 @@ type runConfig struct {
 	badPriority error
 	drain       *Drain
 	drainSet    bool
+	weight      int // RunGroup's share (Weight); 0: unset
+	weightSet   bool
 }
 
 // WithSessionOptions applies opts to every session Run creates (see

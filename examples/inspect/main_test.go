@@ -382,7 +382,7 @@ func TestProgramShowsGroup(t *testing.T) {
 		t.Fatalf("no summary line:\n%s", out)
 	}
 	for _, r := range g.Replicas {
-		row := fmt.Sprintf(`(?m)^  "%s"\s+%x\s+%d\s+%d\s+5\s+0$`, regexp.QuoteMeta(r.Identity), int64(r.Lease), r.Leads, r.Assigned)
+		row := fmt.Sprintf(`(?m)^  "%s"\s+%x\s+%d\s+%d\s+5\s+0\s+%d\s+1\s+-$`, regexp.QuoteMeta(r.Identity), int64(r.Lease), r.Leads, r.Assigned, r.Cap)
 		if !regexp.MustCompile(row).MatchString(out) {
 			t.Errorf("no row %s:\n%s", row, out)
 		}
@@ -527,5 +527,35 @@ func TestShowsSemaphoreAndRWLock(t *testing.T) {
 	}
 	if code, _, stderr := runInspect(t, "--endpoints", ep, "--kind", "queue", "x"); code != 2 || !strings.Contains(stderr, "semaphore or rwlock") {
 		t.Errorf("--kind queue: exit %d\n%s", code, stderr)
+	}
+}
+
+// As an operator checks a rolling upgrade: an election's ranked candidates
+// are listed with their priority, and only the highest is preferred.
+func TestProgramShowsCandidates(t *testing.T) {
+	c := fencingtest.Single(t)
+	for id, version := range map[string]string{"old": "v1.4.0", "new": "v1.5.0"} {
+		cli := c.Client(t)
+		fencingtest.Go(t, func(ctx context.Context) error {
+			return election.Run(ctx, cli, "svc", id, func(ctx context.Context, _ *election.Term) error {
+				<-ctx.Done()
+				return nil
+			}, election.PriorityVersion(version), election.WithSessionOptions(fencing.WithIdentity(id)))
+		})
+	}
+	fencingtest.WaitFor(t, fencingtest.Wait, "new leading, both candidates live", func() bool {
+		q := c.Queue(t, fencing.KindElection, "svc")
+		o, ok := q.Owner()
+		return ok && o.Value == "new" && len(q.Candidates) == 2
+	})
+	code, out, stderr := progtest.Run(t, time.Minute, nil, "--endpoints", c.Endpoints()[0], "--kind", "election", "svc")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, row := range []string{`(?m)^  CANDIDATE\s+PRIORITY\s+DRAINED\s+PREFERRED$`,
+		`(?m)^  "new"\s+1\.5\.0\s+false\s+true$`, `(?m)^  "old"\s+1\.4\.0\s+false\s+false$`} {
+		if !regexp.MustCompile(row).MatchString(out) {
+			t.Errorf("no row %s:\n%s", row, out)
+		}
 	}
 }

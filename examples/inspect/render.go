@@ -82,6 +82,7 @@ func (s *screen) problem(err error) {
 // table prints one queue: the holders first, then the waiters in order.
 func table(b *strings.Builder, q inspect.Queue) {
 	fmt.Fprintf(b, "\n%s %q at revision %d: ", q.Kind, q.Name, q.Revision)
+	defer candidates(b, q.Candidates)
 	if len(q.Entries) == 0 {
 		b.WriteString("free\n")
 		return
@@ -105,6 +106,32 @@ func table(b *strings.Builder, q inspect.Queue) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%x\t%s\n", role(q.Kind, e), e.Token, printable(e.Value), int64(e.Lease), ttl(e))
 	}
 	tw.Flush()
+}
+
+// candidates prints an election's ranked candidates, if any: their
+// priority, and which are preferred (only those campaign).
+func candidates(b *strings.Builder, cs []inspect.Candidate) {
+	if len(cs) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CANDIDATE\tPRIORITY\tDRAINED\tPREFERRED")
+	for _, c := range cs {
+		fmt.Fprintf(tw, "  %s\t%s\t%t\t%t\n", printable(c.ID), priority(c.Priority), c.Drain, c.Preferred)
+	}
+	tw.Flush()
+}
+
+// priority shows priority levels as a version is written: 1.28.3.
+func priority(p []int64) string {
+	if len(p) == 0 {
+		return "-"
+	}
+	s := make([]string, len(p))
+	for i, l := range p {
+		s[i] = fmt.Sprint(l)
+	}
+	return strings.Join(s, ".")
 }
 
 // role names what an entry is to its queue: owner, leader, holder (of a
@@ -136,9 +163,14 @@ func groupTable(b *strings.Builder, g inspect.Group) {
 		return
 	}
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  REPLICA\tLEASE\tLEADS\tASSIGNED\tLISTED\tDECLINED")
+	fmt.Fprintln(tw, "  REPLICA\tLEASE\tLEADS\tASSIGNED\tLISTED\tDECLINED\tCAP\tWEIGHT\tPRIORITY")
 	for _, r := range g.Replicas {
-		fmt.Fprintf(tw, "  %s\t%x\t%d\t%d\t%d\t%d\n", printable(r.Identity), int64(r.Lease), r.Leads, r.Assigned, r.Listed, len(r.Declined))
+		rank := priority(r.Priority)
+		if r.Drain {
+			rank += " (drained)"
+		}
+		fmt.Fprintf(tw, "  %s\t%x\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", printable(r.Identity), int64(r.Lease), r.Leads, r.Assigned,
+			r.Listed, len(r.Declined), r.Cap, r.Weight, rank)
 	}
 	tw.Flush()
 	b.WriteString("\n")

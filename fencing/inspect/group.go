@@ -28,8 +28,9 @@ type Group struct {
 	Replicas []Replica `json:"replicas"`
 	// Names are the names some replica lists, sorted.
 	Names []GroupName `json:"names"`
-	// Cap is the most names a replica leads once the group is balanced:
-	// ⌈len(Names)/len(Replicas)⌉.
+	// Cap is ⌈len(Names)/len(Replicas)⌉: the most names a replica leads
+	// once the group is balanced, when all have the same rank and weight
+	// (Replica.Cap is each one's own).
 	Cap int `json:"cap"`
 	// Misplaced counts the names not led by the replica the group assigns
 	// them to, names nobody leads included: 0 once the group is balanced.
@@ -37,7 +38,8 @@ type Group struct {
 	// a name, while names are handed over, and, after a replica crashes,
 	// until its lease expires.
 	Misplaced int `json:"misplaced"`
-	// Excess counts the names led beyond Cap, summed over the replicas.
+	// Excess counts the names led beyond each replica's Cap, summed over
+	// the replicas.
 	Excess int `json:"excess"`
 }
 
@@ -54,6 +56,16 @@ type Replica struct {
 	Declined []string `json:"declined"`
 	Leads    int      `json:"leads"`    // how many names it leads now
 	Assigned int      `json:"assigned"` // how many names the group assigns it
+	// Cap is the most names it leads once the group is balanced: its
+	// weight's share among the replicas given any names (lower-ranked
+	// replicas are given none while higher ones list them).
+	Cap int `json:"cap"`
+	// Priority, Drain and Weight are its rank and share as it set them
+	// (election.Priority, WithDrain, Weight); empty, false and 1 when
+	// unset, or for a replica of a version that has none.
+	Priority []int64 `json:"priority,omitempty"`
+	Drain    bool    `json:"drain,omitempty"`
+	Weight   int     `json:"weight"`
 }
 
 type replicaJSON struct {
@@ -136,7 +148,8 @@ func readGroup(ctx context.Context, cli *clientv3.Client, root, group string) (G
 		}
 		members = append(members, m)
 		g.Replicas = append(g.Replicas, Replica{Key: m.Key, Identity: m.ID, Lease: clientv3.LeaseID(kv.Lease),
-			Listed: len(m.Names), Declined: append([]string{}, m.Declined...)})
+			Listed: len(m.Names), Declined: append([]string{}, m.Declined...),
+			Priority: m.Priority, Drain: m.Drain, Weight: max(m.Weight, 1)})
 	}
 	assigned := assign.Assign(members) // name → member key, as every replica computes it
 	names := slices.Sorted(maps.Keys(assigned))
@@ -152,6 +165,10 @@ func readGroup(ctx context.Context, cli *clientv3.Client, root, group string) (G
 	}
 	delete(byLease, clientv3.NoLease) // a key with no lease leads nothing of RunGroup's
 	g.Cap = assign.Cap(len(names), len(g.Replicas))
+	caps := assign.Caps(members)
+	for i := range g.Replicas {
+		g.Replicas[i].Cap = caps[g.Replicas[i].Key]
+	}
 	for _, n := range names {
 		to := byKey[assigned[n]]
 		g.Replicas[to].Assigned++
@@ -169,7 +186,7 @@ func readGroup(ctx context.Context, cli *clientv3.Client, root, group string) (G
 		g.Names = append(g.Names, gn)
 	}
 	for _, r := range g.Replicas {
-		g.Excess += max(0, r.Leads-g.Cap)
+		g.Excess += max(0, r.Leads-r.Cap)
 	}
 	return g, nil
 }
