@@ -31,6 +31,7 @@ type candidacy struct {
 	mu      sync.Mutex
 	self    prefer.Record
 	records map[string]prefer.Record // by key, as last read or watched
+	readRev int64                    // the revision of the last read
 	changed chan struct{}            // closed at each change of records
 
 	stop context.CancelFunc
@@ -48,14 +49,39 @@ func join(ctx context.Context, s *fencing.Session, name string, rank []int64, dr
 	if drain != nil {
 		c.self.Drain, draining = drain.state()
 	}
-	rev, err := c.put(ctx, true)
+	wctx, stop := context.WithCancel(l.Life)
+	wch, err := c.open(ctx, wctx, true)
 	if err != nil {
+		stop()
 		return nil, err
 	}
-	wctx, stop := context.WithCancel(l.Life)
 	c.stop = stop
-	go c.follow(wctx, rev, draining)
+	go c.follow(wctx, wch, draining)
 	return c, nil
+}
+
+// open starts a watch of the records from now on, waits until etcd has
+// created it, and then reads every record, writing this replica's first
+// (when put is set) in the same txn. Not a watch from the read's revision:
+// etcd catches a watch from a past revision up only every 100 ms, which a
+// handover would wait for. The watch lasts as long as wctx.
+func (c *candidacy) open(ctx, wctx context.Context, put bool) (clientv3.WatchChan, error) {
+	wch := c.link.Client.Watch(clientv3.WithRequireLeader(wctx), c.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	select {
+	case resp, ok := <-wch:
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("election: watch candidates %q: %w", c.prefix, errWatchBroken)
+		case resp.Err() != nil:
+			return nil, fmt.Errorf("election: watch candidates %q: %w", c.prefix, retry.Typed(resp.Err()))
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if err := c.read(ctx, put); err != nil {
+		return nil, err
+	}
+	return wch, nil
 }
 
 // leave stops following the records; the session's end removes the record.
@@ -112,21 +138,18 @@ func (c *candidacy) preemption() error {
 
 // refresh reads every record again: a term just won is checked against
 // records written before the win that the watch may not have delivered yet.
-func (c *candidacy) refresh(ctx context.Context) error {
-	_, err := c.read(ctx)
-	return err
-}
+func (c *candidacy) refresh(ctx context.Context) error { return c.read(ctx, false) }
 
-// put writes this replica's record and, when read is set, reads every
-// record in the same txn. It returns the txn's revision.
-func (c *candidacy) put(ctx context.Context, read bool) (int64, error) {
+// read replaces the view with a fresh read, after writing this replica's
+// record in the same txn when put is set; the watch's events up to the
+// read's revision are then old news.
+func (c *candidacy) read(ctx context.Context, put bool) error {
 	c.mu.Lock()
-	val := prefer.Encode(c.self)
-	c.mu.Unlock()
-	ops := []clientv3.Op{clientv3.OpPut(c.self.Key, val, clientv3.WithLease(c.link.Lease))}
-	if read {
-		ops = append(ops, clientv3.OpGet(c.prefix, clientv3.WithPrefix()))
+	ops := []clientv3.Op{clientv3.OpGet(c.prefix, clientv3.WithPrefix())}
+	if put {
+		ops = append([]clientv3.Op{clientv3.OpPut(c.self.Key, prefer.Encode(c.self), clientv3.WithLease(c.link.Lease))}, ops...)
 	}
+	c.mu.Unlock()
 	var resp *clientv3.TxnResponse
 	var unsure bool
 	err := retry.Until(ctx, c.link.Life, c.link.Latency, &unsure, func(ctx context.Context) (err error) {
@@ -134,64 +157,42 @@ func (c *candidacy) put(ctx context.Context, read bool) (int64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("election: candidate record %q: %w", c.self.Key, err)
+		return fmt.Errorf("election: candidates %q: %w", c.prefix, err)
 	}
-	if read {
-		if len(resp.Responses) < 2 || resp.Responses[1].GetResponseRange() == nil {
-			return 0, retry.ErrMalformed
-		}
-		c.replace(resp.Responses[1].GetResponseRange().Kvs)
+	last := resp.Responses[len(resp.Responses)-1].GetResponseRange()
+	if len(resp.Responses) != len(ops) || last == nil {
+		return fmt.Errorf("election: candidates %q: %w", c.prefix, retry.ErrMalformed)
 	}
-	return resp.Header.Revision, nil
+	c.replace(last.Kvs, resp.Header.Revision)
+	return nil
 }
 
-// read replaces the view with a fresh read and returns its revision.
-func (c *candidacy) read(ctx context.Context) (int64, error) {
-	var resp *clientv3.GetResponse
-	var unsure bool
-	err := retry.Until(ctx, c.link.Life, c.link.Latency, &unsure, func(ctx context.Context) (err error) {
-		resp, err = c.link.Client.Get(ctx, c.prefix, clientv3.WithPrefix())
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("election: read candidates %q: %w", c.prefix, err)
-	}
-	c.replace(resp.Kvs)
-	return resp.Header.Revision, nil
-}
-
-// follow watches the records from rev on, reading them again when the watch
-// breaks, and writes this replica's record again when the drain changes or
-// someone deleted it, until ctx ends.
-func (c *candidacy) follow(ctx context.Context, rev int64, draining <-chan struct{}) {
+// follow applies the records' changes from wch, opening a new watch when
+// it breaks, and writes this replica's record again when the drain changes
+// or someone deleted it, until ctx ends.
+func (c *candidacy) follow(ctx context.Context, wch clientv3.WatchChan, draining <-chan struct{}) {
 	defer close(c.done)
 	for ctx.Err() == nil {
-		err := c.watch(ctx, rev, draining)
-		if ctx.Err() != nil {
-			return
+		if wch != nil {
+			err := c.watch(ctx, wch, draining)
+			if ctx.Err() != nil {
+				return
+			}
+			if !errors.Is(err, errWatchBroken) {
+				c.log.Warn("watch of candidates failed; reading again", "err", err)
+			}
 		}
-		if !errors.Is(err, errWatchBroken) {
-			c.log.Warn("watch of candidates failed; reading again", "err", err)
-			retry.Pause(ctx, retry.MinBackoff)
-		}
-		if rev, err = c.read(ctx); err != nil {
-			rev = 0 // read again first
-			retry.Pause(ctx, retry.MaxBackoff)
+		retry.Pause(ctx, retry.MinBackoff)
+		var err error
+		if wch, err = c.open(ctx, ctx, false); err != nil {
 			continue
 		}
 		draining = c.sync(ctx, draining)
 	}
 }
 
-// watch applies the records' changes from rev on until the watch breaks or
-// ctx ends.
-func (c *candidacy) watch(ctx context.Context, rev int64, draining <-chan struct{}) error {
-	if rev == 0 {
-		return errWatchBroken
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := c.link.Client.Watch(wctx, c.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+// watch applies the records' changes from wch until it breaks or ctx ends.
+func (c *candidacy) watch(ctx context.Context, wch clientv3.WatchChan, draining <-chan struct{}) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -199,7 +200,7 @@ func (c *candidacy) watch(ctx context.Context, rev int64, draining <-chan struct
 		case <-draining:
 			draining = c.sync(ctx, draining)
 		case resp, ok := <-wch:
-			if !ok || resp.CompactRevision != 0 {
+			if !ok || resp.Canceled {
 				return errWatchBroken
 			}
 			if err := resp.Err(); err != nil {
@@ -226,7 +227,7 @@ func (c *candidacy) sync(ctx context.Context, draining <-chan struct{}) <-chan s
 	}
 	c.mu.Unlock()
 	if changed {
-		if _, err := c.put(ctx, false); err != nil && ctx.Err() == nil {
+		if err := c.read(ctx, true); err != nil && ctx.Err() == nil {
 			c.log.Warn("writing the candidate record failed", "err", err)
 		}
 	}
@@ -237,6 +238,9 @@ func (c *candidacy) apply(evs []*clientv3.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ev := range evs {
+		if ev.Kv.ModRevision <= c.readRev {
+			continue // the last read has it
+		}
 		key := string(ev.Kv.Key)
 		if ev.Type == clientv3.EventTypeDelete {
 			delete(c.records, key)
@@ -247,9 +251,13 @@ func (c *candidacy) apply(evs []*clientv3.Event) {
 	c.notify()
 }
 
-func (c *candidacy) replace(kvs []*mvccpb.KeyValue) {
+func (c *candidacy) replace(kvs []*mvccpb.KeyValue, rev int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if rev < c.readRev {
+		return // a read overtaken by a later one (the watch's)
+	}
+	c.readRev = rev
 	c.records = map[string]prefer.Record{}
 	for _, kv := range kvs {
 		c.set(string(kv.Key), kv.Value)
@@ -287,30 +295,40 @@ func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
 	ctx, cancel := context.WithTimeout(ctx, handoffWait)
 	defer cancel()
 	queue := keyspace.Prefix(c.link.Root, string(fencing.KindElection), t.Token().Name)
+	var wch clientv3.WatchChan
 	for ctx.Err() == nil {
 		resp, err := c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
 		if err != nil {
 			retry.Pause(ctx, retry.MinBackoff)
 			continue
 		}
-		if len(resp.Kvs) == 2 && c.isPreferred(string(resp.Kvs[1].Key), resp.Kvs[1].Lease) {
+		if len(resp.Kvs) == 2 && c.isPreferred(resp.Kvs[1].Lease) {
 			return
 		}
+		if wch == nil {
+			// Watch, then read again: a watch from the read's revision
+			// would be caught up only every 100 ms.
+			wch = c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+			if _, ok := <-wch; !ok {
+				return
+			}
+			continue
+		}
 		_, changed := c.preferred()
-		wctx, stop := context.WithCancel(ctx)
-		wch := c.link.Client.Watch(wctx, queue, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		select {
-		case <-wch:
+		case _, ok := <-wch:
+			if !ok {
+				return
+			}
 		case <-changed:
 		case <-ctx.Done():
 		}
-		stop()
 	}
 }
 
-// isPreferred reports whether the queue key key, on lease, is a preferred
+// isPreferred reports whether a queue key on lease is a preferred
 // candidate's: its session's record is live and nothing ranks above it.
-func (c *candidacy) isPreferred(key string, lease int64) bool {
+func (c *candidacy) isPreferred(lease int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.records[c.prefix+fmt.Sprintf("%016x-0", lease)]

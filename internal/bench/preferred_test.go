@@ -1,0 +1,115 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// BenchmarkPreferredHandover measures how soon leadership reaches where it
+// should, with election.Run on both sides:
+//   - plain: the leader's Run ends while a plain replica waits in the queue:
+//     from the cancel to the waiter's work starting (a plain handoff);
+//   - replaced: the leader's Run ends as a new plain replica starts (a
+//     rolling upgrade without priorities): from both to the new one's work;
+//   - preferred: a replica of higher Priority starts while a lower one
+//     leads: from its Run call (lease grant included) to its work starting,
+//     the lower one giving way.
+//
+// at-rest-req/s is the non-keepalive requests per second of the two
+// replicas once the preferred one leads, over one second: the candidate
+// watch sends none.
+func BenchmarkPreferredHandover(b *testing.B) {
+	c := cluster(b)
+	for _, mode := range []string{"plain", "replaced", "preferred"} {
+		b.Run(mode, func(b *testing.B) {
+			var lat latencies
+			ctr := &etcdtest.Counter{}
+			cli := [2]*clientv3.Client{c.Client(b, etcdtest.WithCounter(ctr)), c.Client(b, etcdtest.WithCounter(ctr))}
+			var atRest float64
+			for i := range b.N {
+				name := fmt.Sprintf("prefer-%s-%d", mode, i)
+				var lowOpts, highOpts []election.RunOption
+				if mode == "preferred" {
+					lowOpts, highOpts = []election.RunOption{election.Priority(1)}, []election.RunOption{election.Priority(2)}
+				}
+				low := startRun(b, cli[0], name, lowOpts...)
+				<-low.working
+				var start time.Time
+				var high *run
+				switch mode {
+				case "plain":
+					high = startRun(b, cli[1], name)
+					waitQueued(b, c, name, 2)
+					start = time.Now()
+					low.stop()
+				case "replaced":
+					start = time.Now()
+					high = startRun(b, cli[1], name)
+					low.stop()
+				case "preferred":
+					start = time.Now()
+					high = startRun(b, cli[1], name, highOpts...)
+				}
+				<-high.working
+				lat.add(time.Since(start))
+				if i == b.N-1 {
+					before := ctr.Requests("") - ctr.Requests("LeaseKeepAlive")
+					time.Sleep(time.Second)
+					atRest = float64(ctr.Requests("") - ctr.Requests("LeaseKeepAlive") - before)
+				}
+				low.stop()
+				high.stop()
+			}
+			lat.report(b)
+			b.ReportMetric(atRest, "at-rest-req/s")
+		})
+	}
+}
+
+// run is one election.Run replica whose work signals that it started and
+// blocks until its context ends.
+type run struct {
+	working chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func startRun(b *testing.B, cli *clientv3.Client, name string, opts ...election.RunOption) *run {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{working: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	opts = append(opts, election.WithSessionOptions(fencing.WithTTL(10*time.Second)))
+	go func() {
+		defer close(r.done)
+		err := election.Run(ctx, cli, name, "v", func(ctx context.Context, _ *election.Term) error {
+			select {
+			case r.working <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			return nil
+		}, opts...)
+		if err != nil {
+			b.Error(err)
+		}
+	}()
+	return r
+}
+
+func (r *run) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// waitQueued spins until the election name has n keys.
+func waitQueued(b *testing.B, c *fencingtest.Cluster, name string, n int) {
+	for len(c.Queue(b, fencing.KindElection, name).Entries) < n {
+	}
+}
