@@ -53,6 +53,48 @@
 // delays it by no more. Bad arguments: fencing.ErrInvalidArgument for a nil
 // ctx, client, work or option, no names, or a name twice.
 //
+// # Preferred leaders: Priority, WithDrain, Weight
+//
+// Whichever replica campaigns first leads, unless the replicas rank
+// themselves. With Priority (or PriorityVersion, from a build version), Run
+// keeps a record next to the name's queue, on its session's lease, and
+// campaigns only while no live candidate ranks above it; a leader that sees
+// a higher one appear ends its work's context with a cause wrapping
+// ErrPreempted, waits up to two seconds for that candidate to queue right
+// behind it, and resigns, so that it takes over one round trip later and
+// no lower candidate leads in between. Equal priorities never preempt each
+// other. In a rolling upgrade with priority = version, where each new
+// replica is up before the old one it replaces stops, leadership moves
+// once, to the first new replica; when the old leader stops before any new
+// replica is up, leadership goes to another old one meanwhile, and moves a
+// second time when the first new one comes up. Set the version from the
+// build:
+//
+//	var version = "v1.5.0" // go build -ldflags "-X main.version=$(git describe --tags)"
+//	election.Run(ctx, cli, "migrations", host, work, election.PriorityVersion(version))
+//
+// WithDrain moves leadership off a replica on demand (before maintenance)
+// and keeps it off while another replica that is not drained runs. With
+// RunGroup, Priority and WithDrain rank the replicas the same way (a name
+// goes only to the highest-ranked replicas that list it, balanced among
+// them), and Weight sets a replica's share. During a rolling upgrade ranked
+// by version, each new replica takes its share from the new ones before it,
+// so a name moves at most once per new replica (the first takes them all).
+//
+// Every name listed by a running replica has a leader within a bound: once
+// the last leader's key is gone (at once for a replica that stops or gives
+// way; its TTL plus etcd's expiry scan of up to half a second for one that
+// crashed or is cut off), the highest-ranked live candidates campaign, and
+// one leads within a few round trips, or, when its work keeps failing,
+// after its backoff (at most WithBackoff's max, 5 s unset); a preempted
+// leader delays the handover by at most two seconds more. Priorities only
+// decide who campaigns and who gives way: the queue alone decides who
+// leads, so terms never overlap whatever the priorities, and a replica
+// cut off from etcd has no session, so no record, and cannot hold the
+// name from a lower one. Replicas that rank nothing, or run a leasehold
+// from before ranks, queue as ever and never give way; ranked ones queue
+// behind them like any other, so exclusion holds across versions.
+//
 // Run and RunGroup make their own sessions: configure them (TTL, safety margin, identity,
 // root, logger, observer) with WithSessionOptions and fencing's session
 // options. They log their own events to the logger given there.

@@ -148,3 +148,63 @@ func ExampleElection_TryCampaign() {
 	// true
 	// <nil>
 }
+
+// This example ranks replicas by their build version, as a rolling upgrade
+// needs: the replica of v1.4.2 leads until one of v1.5.0 starts, then ends
+// its work with ErrPreempted and hands over at once. The replicas run in
+// one process here; in production each is a pod.
+func ExamplePriorityVersion() {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	leading := make(chan string)
+	replica := func(version string) {
+		election.Run(ctx, exampleClient(), "schema-migrator", version,
+			func(ctx context.Context, t *election.Term) error {
+				leading <- version
+				<-ctx.Done()
+				if errors.Is(context.Cause(ctx), election.ErrPreempted) {
+					fmt.Println(version, "gave way")
+				}
+				return nil
+			}, election.PriorityVersion(version))
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { replica("v1.4.2") })
+	fmt.Println(<-leading, "leads")
+	wg.Go(func() { replica("v1.5.0") })
+	fmt.Println(<-leading, "leads")
+	stop()
+	wg.Wait()
+	// Output:
+	// v1.4.2 leads
+	// v1.4.2 gave way
+	// v1.5.0 leads
+}
+
+// This example drains a replica before maintenance: leadership moves to
+// another replica and stays off the drained one while another runs.
+func ExampleDrain() {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	leading := make(chan string)
+	var drainA election.Drain
+	replica := func(id string, d *election.Drain) {
+		election.Run(ctx, exampleClient(), "drained-service", id,
+			func(ctx context.Context, t *election.Term) error {
+				leading <- id
+				<-ctx.Done()
+				return nil
+			}, election.WithDrain(d))
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { replica("a", &drainA) })
+	fmt.Println(<-leading, "leads")
+	wg.Go(func() { replica("b", new(election.Drain)) })
+	drainA.Set(true) // as an operator's POST /drain does in examples/leader
+	fmt.Println(<-leading, "leads")
+	stop()
+	wg.Wait()
+	// Output:
+	// a leads
+	// b leads
+}
