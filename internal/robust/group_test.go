@@ -36,11 +36,14 @@ func groupNameList() []string {
 }
 
 // TestGroupUnderFaults runs election.RunGroup replicas, two in this process
-// and two in subprocesses, while faults hit them and etcd: each name's work
+// and two in subprocesses, of mixed ranks and weights (rankOf), while faults
+// hit them and etcd: each name's work
 // makes guarded increments of the name's own counter. Every increment must
 // be made under the term that led the name at its commit revision, every
 // counter must count each increment once (acknowledged ones all there), and
-// once the faults stop the group must be balanced again.
+// once the faults stop the group must be balanced again: every name led by
+// its assigned replica, none over its cap, a lower-ranked replica leading
+// none.
 func TestGroupUnderFaults(t *testing.T) {
 	c := fencingtest.Three(t)
 	maxTime, _ := runLength()
@@ -102,7 +105,7 @@ func waitGroupBalanced(t *testing.T, c *fencingtest.Cluster, n int) {
 			return false
 		}
 		for _, r := range last.Replicas {
-			if r.Leads > last.Cap {
+			if r.Leads > r.Cap { // 0 for a lower-ranked replica
 				return false
 			}
 		}
@@ -185,8 +188,21 @@ func groupWorker(ctx context.Context, id string, cli *clientv3.Client, emit func
 			pause(ctx, d)
 		}
 		return nil
-	}, election.WithBackoff(10*time.Millisecond, 500*time.Millisecond),
-		election.WithSessionOptions(fencing.WithTTL(ttl), fencing.WithIdentity(id)))
+	}, append(rankOf(id), election.WithBackoff(10*time.Millisecond, 500*time.Millisecond),
+		election.WithSessionOptions(fencing.WithTTL(ttl), fencing.WithIdentity(id)))...)
+}
+
+// rankOf mixes ranks and weights in the group: g0 takes two shares; the
+// subprocesses q1, q3, … rank below the others, and lead names only while
+// the higher replicas are cut off, paused or dead.
+func rankOf(id string) []election.RunOption {
+	switch {
+	case id == "g0":
+		return []election.RunOption{election.Priority(1), election.Weight(2)}
+	case strings.HasPrefix(id, "q") && (id[len(id)-1]-'0')%2 == 1:
+		return []election.RunOption{election.Priority(0)}
+	}
+	return []election.RunOption{election.Priority(1)}
 }
 
 // increment reads the term's counter and writes one more, guarded by the
