@@ -190,9 +190,14 @@ func (w *world) checkNoOverlap() {
 func (w *world) handedOff(id string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return countIs(w.causes[id], election.ErrRebalanced)
+}
+
+// countIs counts the errors of errs that wrap target.
+func countIs(errs []error, target error) int {
 	n := 0
-	for _, c := range w.causes[id] {
-		if errors.Is(c, election.ErrRebalanced) {
+	for _, err := range errs {
+		if errors.Is(err, target) {
 			n++
 		}
 	}

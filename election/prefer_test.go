@@ -140,13 +140,7 @@ func (f *fleet) check(want ...string) {
 func (f *fleet) preempted(id string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := 0
-	for _, c := range f.causes[id] {
-		if errors.Is(c, election.ErrPreempted) {
-			n++
-		}
-	}
-	return n
+	return countIs(f.causes[id], election.ErrPreempted)
 }
 
 // permutations returns every order of s.
