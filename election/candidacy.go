@@ -99,10 +99,13 @@ func (c *candidacy) preferred() (bool, <-chan struct{}) {
 }
 
 // whilePreferred returns a child of ctx that ends, with a cause wrapping
-// ErrPreempted, once a live candidate ranks above this replica.
-func (c *candidacy) whilePreferred(ctx context.Context) (context.Context, context.CancelFunc) {
+// ErrPreempted, once a live candidate ranks above this replica, and a stop
+// that ends it and waits for the goroutine that watches the view.
+func (c *candidacy) whilePreferred(ctx context.Context) (context.Context, func()) {
 	pctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for {
 			ok, changed := c.preferred()
 			if !ok {
@@ -116,7 +119,10 @@ func (c *candidacy) whilePreferred(ctx context.Context) (context.Context, contex
 			}
 		}
 	}()
-	return pctx, func() { cancel(nil) }
+	return pctx, func() {
+		cancel(nil)
+		<-done
+	}
 }
 
 // preemption says who this replica gives way to.
@@ -331,6 +337,6 @@ func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
 func (c *candidacy) isPreferred(lease int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.records[c.prefix+fmt.Sprintf("%016x-0", lease)]
+	r, ok := c.records[c.prefix+keyspace.Stem(lease)+"0"]
 	return ok && prefer.Preferred(c.records, r)
 }

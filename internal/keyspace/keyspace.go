@@ -37,6 +37,11 @@ func Prefix(root, kind, name string) string {
 	return root + name + Sep + kind + "/"
 }
 
+// Stem starts the name of every key a session on lease writes in a queue,
+// after the queue's prefix: the lease in 16 hex digits and a dash. A
+// session's record or membership key is its stem and "0".
+func Stem(lease int64) string { return fmt.Sprintf("%016x-", lease) }
+
 // ParseKey splits a key under root into the kind and name of the queue it
 // belongs to. It reports false for a key no Prefix(root, ...) starts.
 func ParseKey(root, key string) (kind, name string, ok bool) {

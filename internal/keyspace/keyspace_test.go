@@ -96,3 +96,9 @@ func FuzzParseKey(f *testing.F) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestStem(t *testing.T) {
+	if got := keyspace.Stem(0x694d7a1c); got != "00000000694d7a1c-" {
+		t.Fatalf("Stem = %q, want the lease in 16 hex digits and a dash", got)
+	}
+}
