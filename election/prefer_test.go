@@ -124,10 +124,20 @@ func (f *fleet) started() []string {
 func (f *fleet) check(want ...string) {
 	f.t.Helper()
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.overlaps) > 0 {
-		f.t.Fatalf("works ran at once: %v", f.overlaps)
+	overlaps := f.overlaps
+	f.mu.Unlock()
+	if len(overlaps) > 0 {
+		f.t.Fatalf("works ran at once: %v", overlaps)
 	}
+	f.checkTerms(want...)
+}
+
+// checkTerms fails unless works started, and terms were won, in want's
+// order.
+func (f *fleet) checkTerms(want ...string) {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if !slices.Equal(f.starts, want) {
 		f.t.Fatalf("works started on %v, want %v", f.starts, want)
 	}
@@ -323,4 +333,77 @@ func TestPriorityRejectsBadInput(t *testing.T) {
 	if q := c.Queue(t, fencing.KindElection, fleetName); len(q.Entries)+len(q.Candidates) > 0 {
 		t.Fatalf("keys left after Runs that returned: %+v", q)
 	}
+}
+
+// An operator who deletes a leader's candidate record does not move
+// leadership: the replica writes its record again, and the lower replica,
+// which queued while the record was gone, withdraws again.
+func TestCandidateRecordWrittenAgainAfterDelete(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	f.start("low", nil, election.Priority(1))
+	f.waitLeader("low")
+	f.start("high", nil, election.Priority(2))
+	f.waitLeader("high")
+	var key string
+	for _, cand := range c.Queue(t, fencing.KindElection, fleetName).Candidates {
+		if cand.ID == "high" {
+			key = cand.Key
+		}
+	}
+	c.Delete(t, key)
+	fencingtest.WaitFor(t, wait, "high's record written again, low not queued", func() bool {
+		q := c.Queue(t, fencing.KindElection, fleetName)
+		return len(q.Candidates) == 2 && len(q.Entries) == 1
+	})
+	f.check("low", "high")
+}
+
+// A ranked leader whose lease is revoked loses its term; the lower replica,
+// which was not queued, queues and leads; the revoked one, on a new session,
+// ranks again and takes leadership back.
+func TestRankedLeaderRevoked(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	f.start("low", nil, election.Priority(1))
+	f.waitLeader("low")
+	f.start("high", nil, election.Priority(2))
+	f.waitLeader("high")
+	c.RevokeOwner(t, fencing.KindElection, fleetName)
+	fencingtest.WaitFor(t, wait, "high leading again after low", func() bool { return len(f.started()) == 4 })
+	f.waitLeader("high")
+	f.waitCandidates("low", "high")
+	f.mu.Lock()
+	lost := f.causes["high"][0]
+	f.mu.Unlock()
+	if !errors.Is(lost, fencing.ErrKeyDeleted) && !errors.Is(lost, fencing.ErrLeaseExpired) {
+		t.Fatalf("high's revoked term ended with %v, want its loss", lost)
+	}
+	// A revoke ends the term in etcd before the holder's watch tells its
+	// work (the work must fence its writes): no overlap check here.
+	f.checkTerms("low", "high", "low", "high")
+}
+
+// A ranked replica that waits for its turn (not preferred) returns by its
+// ctx, also once its client is closed, and leaves neither a record nor a
+// queue key.
+func TestRankedRunReturnsWhileOutranked(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	f.start("high", nil, election.Priority(2))
+	f.waitLeader("high")
+	f.start("low", nil, election.Priority(1))
+	f.waitCandidates("low", "high")
+	f.stop("low")
+	f.waitCandidates("high")
+	if q := c.Queue(t, fencing.KindElection, fleetName); len(q.Entries) != 1 {
+		t.Fatalf("keys left by the outranked replica: %+v", q.Entries)
+	}
+	cli := c.Client(t)
+	f.start("closed", cli, election.Priority(1), election.WithSessionOptions(fencing.WithTTL(fencing.MinTTL)))
+	f.waitCandidates("closed", "high")
+	cli.Close()
+	f.stop("closed")         // within fencingtest.Wait, or the test fails
+	f.waitCandidates("high") // its lease goes, with the record, within its TTL
+	f.check("high")
 }

@@ -230,10 +230,15 @@ func TestProgramFailsClearly(t *testing.T) {
 	if code, _, stderr := progtest.Run(t, hang, nil, "--help"); code != 0 || !strings.Contains(stderr, "usage: leader") {
 		t.Fatalf("--help: exit %d\n%s", code, stderr)
 	}
-	for _, args := range [][]string{{"--ttl", "1s"}, {"--name", ""}, {"--cert", "c.pem"}, {"--nonsense"}, {"extra"}} {
+	for _, args := range [][]string{{"--ttl", "1s"}, {"--name", ""}, {"--cert", "c.pem"}, {"--nonsense"}, {"extra"},
+		{"--priority", "latest"}, {"--priority", "v1.5.0-rc.1"}} {
 		if code := run(t.Context(), args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("leader %q: exit %d; want 2", args, code)
 		}
+	}
+	code, _, stderr := progtest.Run(t, hang, nil, "--priority", "latest")
+	if code != 2 || !strings.Contains(stderr, "--priority") {
+		t.Fatalf("--priority latest: exit %d, want 2 naming the flag:\n%s", code, stderr)
 	}
 }
 
