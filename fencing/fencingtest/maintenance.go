@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -66,6 +68,7 @@ func (c *Cluster) ReplaceMember(t TB, i int) {
 	// etcd refuses to remove a member until the others have been connected
 	// for a while (after a restart, say): wait for that, as an operator does.
 	var err error
+	var added *clientv3.MemberAddResponse
 	WaitFor(t, time.Minute, "etcd to accept the removal of "+m.Name, func() bool {
 		_, err = c.Admin.MemberRemove(Context(t, adminTimeout), id)
 		if err != nil && !c.isMember(t, id) {
@@ -81,12 +84,18 @@ func (c *Cluster) ReplaceMember(t TB, i int) {
 		t.Fatalf("fencingtest: wipe %s: %v", m.Name, err)
 	}
 	WaitFor(t, time.Minute, "etcd to accept "+m.Name+" back", func() bool {
-		_, err = c.Admin.MemberAdd(Context(t, adminTimeout), []string{m.PeerURL.String()})
+		added, err = c.Admin.MemberAdd(Context(t, adminTimeout), []string{m.PeerURL.String()})
 		return !errors.Is(err, rpctypes.ErrUnhealthy)
 	})
 	if err != nil {
 		t.Fatalf("fencingtest: add %s back: %v", m.Name, err)
 	}
+	// MemberAdd answers once the leader applied it; the new member fetches
+	// the member list from whichever peer answers first, and a follower that
+	// has not applied it yet makes the start fail ("member count is unequal").
+	WaitFor(t, time.Minute, "every member to list "+m.Name+" again", func() bool {
+		return c.allList(types.ID(added.Member.ID))
+	})
 	var initial []string
 	for _, o := range c.Members {
 		initial = append(initial, o.Name+"="+o.PeerURL.String())
@@ -95,6 +104,17 @@ func (c *Cluster) ReplaceMember(t TB, i int) {
 	if err := m.start("existing"); err != nil {
 		t.Fatalf("fencingtest: start %s anew: %v", m.Name, err)
 	}
+}
+
+// allList reports whether every running member has applied the addition
+// of member id.
+func (c *Cluster) allList(id types.ID) bool {
+	for _, o := range c.Members {
+		if e := o.server(); e != nil && e.Server.Cluster().Member(id) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // isMember reports whether the cluster still lists member id (true when it
