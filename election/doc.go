@@ -94,6 +94,8 @@
 // name from a lower one. Replicas that rank nothing, or run a leasehold
 // from before ranks, queue as ever and never give way; ranked ones queue
 // behind them like any other, so exclusion holds across versions.
+// Observe sends the ranked candidates with the leader, each marked
+// preferred or not.
 //
 // Run and RunGroup make their own sessions: configure them (TTL, safety margin, identity,
 // root, logger, observer) with WithSessionOptions and fencing's session

@@ -27,9 +27,11 @@ var (
 // it is safe for concurrent use, and each Campaign call is a separate
 // candidate, even on one session.
 type Election struct {
-	s    *fencing.Session
-	name string
-	q    revqueue.Queue
+	s     *fencing.Session
+	name  string
+	q     revqueue.Queue
+	cands string // the prefix of the ranked candidates' records
+	keys  string // the prefix of every key of the name: queue and records
 }
 
 // Leader describes the current leader.
@@ -55,7 +57,8 @@ func New(s *fencing.Session, name string) (*Election, error) {
 	if l == nil {
 		return nil, fmt.Errorf("election: New: %w: session not made by fencing.NewSession", fencing.ErrInvalidArgument)
 	}
-	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: keyspace.Prefix(l.Root, "election", name), Latency: l.Latency}}, nil
+	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: keyspace.Prefix(l.Root, "election", name), Latency: l.Latency},
+		cands: keyspace.Prefix(l.Root, string(fencing.KindCandidate), name), keys: keyspace.Prefix(l.Root, "", name)}, nil
 }
 
 // Name returns the election's name.

@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/prefer"
 	"github.com/leasehold/leasehold/internal/retry"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,12 +21,28 @@ import (
 // error that kept Observe from knowing.
 type Observation struct {
 	Leader *Leader // nil when nobody leads (or when Err is set)
-	Err    error
+	// Candidates are the live ranked candidates (Priority, WithDrain), by
+	// key, read at the same revision as Leader; nil when none is ranked.
+	Candidates []Candidate
+	Err        error
+}
+
+// Candidate is a ranked candidate of an election, as its record in etcd says.
+type Candidate struct {
+	Key string // its record: <root><name>#candidate/<lease>-0
+	ID  string // its session's identity (fencing.WithIdentity)
+	// Priority is compared level by level, a prefix ranking lower.
+	Priority []int64
+	// Drain says it asked to rank below every candidate not drained.
+	Drain bool
+	// Preferred says no live candidate ranks above it: only a preferred
+	// candidate campaigns, and a leader that is not preferred gives way.
+	Preferred bool
 }
 
 // Observe sends the current state first (Leader nil when nobody leads), then
-// each change: a new leader, nobody leading, or the leader's value changed
-// by Proclaim. A state is sent only once it was read from etcd, so a leader
+// each change: a new leader, nobody leading, the leader's value changed by
+// Proclaim, or a ranked candidate come, gone or re-ranked. A state is sent only once it was read from etcd, so a leader
 // whose key is gone is never reported as leading. When a read or the watch
 // fails, or its watch cannot be established or is ended by etcd (a lost etcd
 // leader), or a check read after 5 s of silence fails (a partition), Observe
@@ -58,7 +79,7 @@ type observer struct {
 	e     *Election
 	ctx   context.Context
 	ch    chan<- Observation
-	last  *Leader
+	last  Observation
 	sent  bool
 	retry time.Duration
 }
@@ -91,7 +112,8 @@ func (o *observer) follow() error {
 	// timeout has to cancel the watch's own context to bound it.
 	var timedOut atomic.Bool
 	arm := time.AfterFunc(observeArmTimeout, func() { timedOut.Store(true); cancel() })
-	wch := o.e.s.Client().Watch(wctx, o.e.q.Prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	// One watch on every kind of the name: the queue and the candidates.
+	wch := o.e.s.Client().Watch(wctx, o.e.keys, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	resp, ok := <-wch
 	arm.Stop()
 	switch {
@@ -100,11 +122,11 @@ func (o *observer) follow() error {
 	case !ok || resp.Err() != nil:
 		return watchErr(resp, ok)
 	}
-	cur, rev, err := o.read()
+	cur, rs, rev, err := o.read()
 	if err != nil {
 		return err
 	}
-	if !o.report(cur) {
+	if !o.report(cur, rs) {
 		return nil
 	}
 	// A partitioned watch is silent, not broken. After observeQuiet without
@@ -120,10 +142,10 @@ func (o *observer) follow() error {
 		select {
 		case resp, ok = <-wch:
 		case <-quiet.C:
-			if cur, rev, err = o.read(); err != nil {
+			if cur, rs, rev, err = o.read(); err != nil {
 				return err
 			}
-			if !o.report(cur) {
+			if !o.report(cur, rs) {
 				return nil
 			}
 			quiet.Reset(observeQuiet)
@@ -138,35 +160,81 @@ func (o *observer) follow() error {
 		}
 		reread := false
 		for _, ev := range resp.Events {
+			key := string(ev.Kv.Key)
 			switch {
 			case ev.Kv.ModRevision <= rev: // already in the read
+			case strings.HasPrefix(key, o.e.cands):
+				rs = candidateEvent(rs, ev)
+			case !strings.HasPrefix(key, o.e.q.Prefix): // another kind of the name
 			case cur == nil && ev.Type == clientv3.EventTypePut:
 				reread = true // somebody joined an empty queue
-			case cur != nil && string(ev.Kv.Key) == cur.Key && ev.Type == clientv3.EventTypeDelete:
+			case cur != nil && key == cur.Key && ev.Type == clientv3.EventTypeDelete:
 				reread = true // the leader left: its successor is the oldest left
-			case cur != nil && string(ev.Kv.Key) == cur.Key:
+			case cur != nil && key == cur.Key:
 				next := *cur // the leader proclaimed
 				next.Value = string(ev.Kv.Value)
 				cur = &next
 			}
 		}
 		if reread {
-			if cur, rev, err = o.read(); err != nil {
+			if cur, rs, rev, err = o.read(); err != nil {
 				return err
 			}
 		}
-		if !o.report(cur) {
+		if !o.report(cur, rs) {
 			return nil
 		}
 	}
 }
 
-// read reads the leader, bounded like the watch's arming: a read that hangs
-// in a partition must become an Err observation, not silence.
-func (o *observer) read() (*Leader, int64, error) {
+// read reads the leader and the candidates' records in one txn, bounded
+// like the watch's arming: a read that hangs in a partition must become an
+// Err observation, not silence.
+func (o *observer) read() (*Leader, map[string]prefer.Record, int64, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, observeArmTimeout)
 	defer cancel()
-	return o.e.leader(ctx)
+	resp, err := o.e.s.Client().Txn(ctx).Then(
+		clientv3.OpGet(o.e.q.Prefix, clientv3.WithFirstCreate()...),
+		clientv3.OpGet(o.e.cands, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("election: observe %q: %w", o.e.name, err)
+	}
+	var cur *Leader
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		cur = &Leader{Value: string(kvs[0].Value), Key: string(kvs[0].Key),
+			Token: fencing.Token{Name: o.e.name, Revision: kvs[0].CreateRevision, Cluster: resp.Header.GetClusterId()}}
+	}
+	rs := map[string]prefer.Record{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		if r, err := prefer.Decode(string(kv.Key), kv.Value); err == nil {
+			rs[r.Key] = r
+		}
+	}
+	return cur, rs, resp.Header.Revision, nil
+}
+
+// candidateEvent applies a watched change of a candidate's record to rs.
+// A record that does not decode is left out, as Run's candidacy does.
+func candidateEvent(rs map[string]prefer.Record, ev *clientv3.Event) map[string]prefer.Record {
+	key := string(ev.Kv.Key)
+	delete(rs, key)
+	if ev.Type == clientv3.EventTypePut {
+		if r, err := prefer.Decode(key, ev.Kv.Value); err == nil {
+			rs[key] = r
+		}
+	}
+	return rs
+}
+
+// candidates lists rs by key, each marked preferred or not; nil when empty.
+func candidates(rs map[string]prefer.Record) []Candidate {
+	var cs []Candidate
+	for _, k := range slices.Sorted(maps.Keys(rs)) {
+		r := rs[k]
+		cs = append(cs, Candidate{Key: k, ID: r.ID, Priority: r.Priority, Drain: r.Drain, Preferred: prefer.Preferred(rs, r)})
+	}
+	return cs
 }
 
 // watchErr tells a watch that ended for no reason the caller needs to know
@@ -183,16 +251,17 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 	return fmt.Errorf("election: watch: %w", retry.Typed(err))
 }
 
-// report sends cur if it differs from what was sent last. It returns false
-// once ctx is done.
-func (o *observer) report(cur *Leader) bool {
-	if o.sent && same(o.last, cur) {
+// report sends the state if it differs from what was sent last. It returns
+// false once ctx is done.
+func (o *observer) report(cur *Leader, rs map[string]prefer.Record) bool {
+	obs := Observation{Leader: cur, Candidates: candidates(rs)}
+	if o.sent && same(o.last.Leader, cur) && slices.EqualFunc(o.last.Candidates, obs.Candidates, sameCandidate) {
 		return true
 	}
-	if !o.send(Observation{Leader: cur}) {
+	if !o.send(obs) {
 		return false
 	}
-	o.last, o.sent, o.retry = cur, true, observeRetryMin
+	o.last, o.sent, o.retry = obs, true, observeRetryMin
 	return true
 }
 
@@ -214,6 +283,10 @@ func (o *observer) pause() {
 	case <-o.ctx.Done():
 	}
 	o.retry = min(2*o.retry, observeRetryMax)
+}
+
+func sameCandidate(a, b Candidate) bool {
+	return a.Key == b.Key && a.ID == b.ID && slices.Equal(a.Priority, b.Priority) && a.Drain == b.Drain && a.Preferred == b.Preferred
 }
 
 func same(a, b *Leader) bool {

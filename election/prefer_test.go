@@ -308,6 +308,69 @@ func TestDrainMovesLeadership(t *testing.T) {
 	}
 }
 
+// Observe shows the ranked candidates with the leader, read together: who
+// is preferred moves with a newcomer, a drain and a departure, and a lock of
+// the same name is no candidate.
+func TestObserveShowsCandidates(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	e, err := election.New(fencingtest.Session(t, c.Client(t)), fleetName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := e.Observe(fencingtest.Context(t, time.Minute))
+	if o := fencingtest.Receive(t, obs, "the first observation"); o.Err != nil || o.Leader != nil || o.Candidates != nil {
+		t.Fatalf("first observation %+v, want nobody leading and no candidate", o)
+	}
+	until := func(what string, leader string, want ...election.Candidate) {
+		t.Helper()
+		for {
+			o := fencingtest.Receive(t, obs, what)
+			if o.Err != nil {
+				t.Fatalf("%s: %v", what, o.Err)
+			}
+			if o.Leader != nil && o.Leader.Value == leader && sameCandidates(o.Candidates, want) {
+				return
+			}
+		}
+	}
+	var dh election.Drain
+	f.start("low", nil, election.Priority(1))
+	until("low leading, alone", "low", election.Candidate{ID: "low", Priority: []int64{1}, Preferred: true})
+	h, err := fencingtest.Mutex(t, fencingtest.Session(t, c.Client(t)), fleetName).Lock(fencingtest.Context(t, wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.start("high", nil, election.Priority(2), election.WithDrain(&dh))
+	until("high preferred and leading", "high",
+		election.Candidate{ID: "high", Priority: []int64{2}, Preferred: true}, election.Candidate{ID: "low", Priority: []int64{1}})
+	f.waitLeader("high") // its work started: a drain before would end its term unworked
+	dh.Set(true)
+	until("high drained, low leading", "low",
+		election.Candidate{ID: "high", Priority: []int64{2}, Drain: true}, election.Candidate{ID: "low", Priority: []int64{1}, Preferred: true})
+	f.waitLeader("low")
+	f.stop("high")
+	until("high gone", "low", election.Candidate{ID: "low", Priority: []int64{1}, Preferred: true})
+	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	f.stop("low")
+	f.check("low", "high", "low")
+}
+
+// sameCandidates compares candidates by all but their keys, in any order.
+func sameCandidates(got, want []election.Candidate) bool {
+	strip := func(cs []election.Candidate) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, fmt.Sprintf("%s %v drain=%v preferred=%v", c.ID, c.Priority, c.Drain, c.Preferred))
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(strip(got), strip(want))
+}
+
 func TestPriorityRejectsBadInput(t *testing.T) {
 	c := fencingtest.Single(t)
 	cli := c.Client(t)

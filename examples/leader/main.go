@@ -10,7 +10,8 @@
 // one and campaigns again, for as long as it runs.
 //
 // GET /leader answers, from Observe, who leads now (503 when nobody does or
-// when etcd cannot tell). POST /resign makes this replica step down if it
+// when etcd cannot tell), and the replicas ranked by --priority or a drain,
+// each with its priority and whether it is preferred. POST /resign makes this replica step down if it
 // leads (409 otherwise); it then campaigns again, at the back of the queue.
 // POST /drain moves leadership off this replica and keeps it off while
 // another replica that is not drained runs (a drained replica alone still

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -314,6 +316,16 @@ func TestProgramPriorityUpgrade(t *testing.T) {
 	old2, _ := startProgram(t, append(tlsArgs(c), "--priority", "v1.4.0")...)
 	_, n := startProgram(t, append(tlsArgs(c), "--priority", "v1.5.0")...)
 	tok := leads(t, n, "")
+	// GET /leader lists the candidates from Observe: the new one alone preferred.
+	fencingtest.WaitFor(t, hang, "GET /leader to list three candidates, v1.5.0 preferred", func() bool {
+		_, l := getLeader(t, a)
+		var got []string
+		for _, c := range l.Candidates {
+			got = append(got, fmt.Sprintf("%s %v", c.Priority, c.Preferred))
+		}
+		slices.Sort(got)
+		return slices.Equal(got, []string{"1.4.0 false", "1.4.0 false", "1.5.0 true"})
+	})
 	old1.Signal(t, syscall.SIGTERM)
 	old2.Signal(t, syscall.SIGTERM)
 	old1.Wait(t, hang)

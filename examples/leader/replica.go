@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,6 +165,27 @@ type leaderJSON struct {
 	Value string `json:"value"`
 	Token string `json:"token"`
 	Self  bool   `json:"self"`
+	// Candidates are the replicas run with --priority (or drained).
+	Candidates []candidateJSON `json:"candidates,omitempty"`
+}
+
+type candidateJSON struct {
+	ID        string `json:"id"`
+	Priority  string `json:"priority"` // its levels, as in 1.5.0
+	Drain     bool   `json:"drain,omitempty"`
+	Preferred bool   `json:"preferred"`
+}
+
+func candidatesJSON(cs []election.Candidate) []candidateJSON {
+	var out []candidateJSON
+	for _, c := range cs {
+		levels := make([]string, len(c.Priority))
+		for i, l := range c.Priority {
+			levels[i] = strconv.FormatInt(l, 10)
+		}
+		out = append(out, candidateJSON{ID: c.ID, Priority: strings.Join(levels, "."), Drain: c.Drain, Preferred: c.Preferred})
+	}
+	return out
 }
 
 func (r *replica) leader(w http.ResponseWriter, _ *http.Request) {
@@ -178,7 +201,8 @@ func (r *replica) leader(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "nobody leads", http.StatusServiceUnavailable)
 	default:
 		self := term != nil && term.Token() == seen.Leader.Token
-		json.NewEncoder(w).Encode(leaderJSON{Value: seen.Leader.Value, Token: seen.Leader.Token.String(), Self: self})
+		json.NewEncoder(w).Encode(leaderJSON{Value: seen.Leader.Value, Token: seen.Leader.Token.String(), Self: self,
+			Candidates: candidatesJSON(seen.Candidates)})
 	}
 }
 
