@@ -28,8 +28,15 @@ type Gate struct {
 	OnReject func(RejectEvent)
 
 	mu    sync.Mutex
-	mem   MemoryGateStore        // used when Store is nil
-	names map[string]*sync.Mutex // guarded by mu: serialises Do per name
+	mem   MemoryGateStore      // used when Store is nil
+	names map[string]*nameLock // guarded by mu: serialises Do per name, while one runs
+}
+
+// nameLock serialises the Do calls of one name; it is dropped once none
+// holds or waits for it, so the map stays as small as the calls in flight.
+type nameLock struct {
+	sync.Mutex
+	refs int // guarded by Gate.mu
 }
 
 // GateStore keeps a Gate's high-water marks.
@@ -93,9 +100,8 @@ func (g *Gate) Do(ctx context.Context, t Token, write func(ctx context.Context) 
 }
 
 func (g *Gate) do(ctx context.Context, t Token, write func(context.Context) error) (admitted bool, _ error) {
-	mu := g.nameLock(t.Name)
-	mu.Lock()
-	defer mu.Unlock()
+	mu := g.lockName(t.Name)
+	defer g.unlockName(t.Name, mu)
 	if err := g.admit(ctx, t); err != nil {
 		return false, err
 	}
@@ -109,22 +115,35 @@ func (g *Gate) store() GateStore {
 	return &g.mem
 }
 
-func (g *Gate) nameLock(name string) *sync.Mutex {
+func (g *Gate) lockName(name string) *nameLock {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.names == nil {
-		g.names = map[string]*sync.Mutex{}
+		g.names = map[string]*nameLock{}
 	}
 	mu := g.names[name]
 	if mu == nil {
-		mu = new(sync.Mutex)
+		mu = new(nameLock)
 		g.names[name] = mu
 	}
+	mu.refs++
+	g.mu.Unlock()
+	mu.Lock()
 	return mu
 }
 
-// MemoryGateStore keeps high-water marks in memory. The zero value is ready
-// to use; it is safe for concurrent use.
+func (g *Gate) unlockName(name string, mu *nameLock) {
+	mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if mu.refs--; mu.refs == 0 {
+		delete(g.names, name)
+	}
+}
+
+// MemoryGateStore keeps high-water marks in memory, one per name ever
+// admitted (forgetting one would let a stale token in): for names without
+// bound, use a store that keeps them elsewhere, such as EtcdGateStore. The
+// zero value is ready to use; it is safe for concurrent use.
 type MemoryGateStore struct {
 	mu   sync.Mutex
 	high map[string]int64 // guarded by mu

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ctxutil"
@@ -32,19 +33,27 @@ const CleanupBudget = 25 * time.Millisecond
 // call of this session: a slot is reused only after the call that had it
 // has finished with its key (see sessionlink.KeyPool).
 type slot struct {
+	dir     string // the queue's directory: the key is dir + stem + n
+	n       uint64
 	key     string
-	put     func() // hands the slot back; only once the key is known gone
-	written bool   // an enqueue of the key succeeded
-	unsure  bool   // an enqueue of the key failed without an answer: it may yet be applied
+	written bool // an enqueue of the key succeeded
+	unsure  bool // an enqueue of the key failed without an answer: it may yet be applied
 }
 
 func (q Queue) newSlot(s *Session) *slot {
 	dir := q.Prefix + q.KeyDir
 	n := s.Keys.Get(dir)
-	return &slot{
-		key: dir + s.KeyStem + strconv.FormatUint(n, 10),
-		put: func() { s.Keys.Put(dir, n) },
-	}
+	return &slot{dir: dir, n: n, key: dir + s.KeyStem + strconv.FormatUint(n, 10)}
+}
+
+// put hands the slot back; only once the key is known gone.
+func (sl *slot) put(s *Session) { s.Keys.Put(sl.dir, sl.n) }
+
+// retire gives the slot up for good; the queue's sweeper deletes its key
+// whenever a late request writes it again.
+func (sl *slot) retire(s *Session) {
+	s.Keys.Retire(sl.dir, sl.n)
+	sweep(s, sl.dir)
 }
 
 // release is an Entry's Free: it runs once the owner's delete of the key has
@@ -52,11 +61,10 @@ func (q Queue) newSlot(s *Session) *slot {
 // unanswered (it may be applied late, onto the key's next life).
 func (sl *slot) release(s *Session) func(retire bool) {
 	return func(retire bool) {
-		switch {
-		case sl.unsure:
-			sweep(s, sl.key) // a lost enqueue may yet write the key again
-		case !retire:
-			sl.put()
+		if sl.unsure || retire {
+			sl.retire(s) // a lost enqueue may yet write the key again
+		} else {
+			sl.put(s)
 		}
 	}
 }
@@ -165,7 +173,7 @@ func (q Queue) settle(ctx context.Context, s *Session, sl *slot, err error) erro
 	if sl.written || sl.unsure {
 		removeKey(ctx, s, sl)
 	} else {
-		sl.put() // nothing was written
+		sl.put(s) // nothing was written
 	}
 	switch {
 	case errors.Is(err, errTaken):
@@ -190,48 +198,38 @@ func leaseGone(ctx context.Context, s *Session) bool {
 }
 
 // removeKey deletes the key of a failed or cancelled acquire. It tries once,
-// for CleanupBudget past ctx's end; if that fails, the session keeps trying
-// in the background for as long as it lives (once it ends, the lease takes
-// the key). The slot is free again only if the first delete returned and
-// every enqueue was answered: a request whose reply was lost may yet be
-// applied, so such a slot is never reused, and its key is swept for the
-// rest of the session (see sweep).
+// for CleanupBudget past ctx's end. The slot is free again only if that
+// delete returned and every enqueue was answered. Otherwise it is retired,
+// and the queue's sweeper (see sweep) deletes the key, now if the try
+// failed, and whenever a request whose reply was lost writes it again.
 func removeKey(ctx context.Context, s *Session, sl *slot) {
 	dctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
 	removed := tryRemove(dctx, s, sl.key)
 	cancel()
-	switch {
-	case sl.unsure:
-		sweep(s, sl.key) // deletes the key now if the try failed, and whenever it comes back
-	case removed:
-		sl.put()
-	default:
-		s.Go(func() {
-			for wait := retry.MinBackoff; s.Life.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
-				retry.Pause(s.Life, wait)
-				tctx, cancel := context.WithTimeout(s.Life, s.TTL/3)
-				ok := tryRemove(tctx, s, sl.key)
-				cancel()
-				if ok {
-					return
-				}
-			}
-		})
+	if removed && !sl.unsure {
+		sl.put(s)
+	} else {
+		sl.retire(s)
 	}
 }
 
-// sweep keeps key deleted for as long as the session lives. An enqueue of
-// key whose reply was lost may be applied after any delete of ours (etcd
-// gives no bound), and the session's lease would then keep a ghost key in
-// the queue, ahead of every later waiter, until the session ends. So a
-// watch, from before a read that finds any such write, deletes each new
-// life of the key as it appears. The slot is never reused, so nothing else
-// writes key. Once the session ends its lease is gone, and a late enqueue
-// on it fails.
-func sweep(s *Session, key string) {
+// sweep makes sure the queue directory dir has its sweeper, one per queue
+// for the session's life, however many of its slots were retired. An
+// enqueue whose reply was lost may be applied after any delete of ours
+// (etcd gives no bound), and the session's lease would then keep a ghost key
+// in the queue, ahead of every later waiter, until the session ends. The
+// sweeper watches the session's keys in dir, from before a read that finds
+// any already there, and deletes each key whose slot no live call of this
+// session holds: a retired slot is never handed out again, so only a late
+// request writes it. Once the session ends its lease is gone, and a late
+// enqueue on it fails.
+func sweep(s *Session, dir string) {
+	if !s.Keys.Sweep(dir) {
+		return
+	}
 	s.Go(func() {
 		for wait := retry.MinBackoff; s.Life.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
-			if sweepOnce(s, key) {
+			if sweepOnce(s, dir) {
 				wait = retry.MinBackoff // the watch broke after working: no reason to wait long
 			}
 			retry.Pause(s.Life, wait)
@@ -239,26 +237,54 @@ func sweep(s *Session, key string) {
 	})
 }
 
-// sweepOnce watches key and deletes it whenever it exists, until the watch
-// breaks or the session ends. It reports whether the watch was armed and
-// every delete succeeded.
-func sweepOnce(s *Session, key string) (armed bool) {
+// sweepOnce watches the session's keys in dir and deletes each ghost (see
+// sweep): those there when the watch is armed, then each one written, until
+// the watch breaks or the session ends. It reports whether the watch was
+// armed and every delete succeeded.
+func sweepOnce(s *Session, dir string) (armed bool) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.Life))
 	defer cancel()
-	for resp := range s.Client.Watch(ctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
+	mine := dir + s.KeyStem
+	for resp := range s.Client.Watch(ctx, mine, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
 		if resp.Canceled || resp.Err() != nil {
 			return armed
 		}
-		armed = true
-		// On creation, a write made before the watch; then each put.
-		dctx, dcancel := context.WithTimeout(s.Life, s.TTL/3)
-		ok := tryRemove(dctx, s, key)
-		dcancel()
-		if !ok {
-			return false // refused or unanswered: back off, as for a watch that fails to arm
+		var keys []string
+		if !armed { // the creation: ghosts written before the watch
+			armed = true
+			gctx, gcancel := context.WithTimeout(s.Life, s.TTL/3)
+			got, err := s.Client.Get(gctx, mine, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			gcancel()
+			if err != nil {
+				return false
+			}
+			for _, kv := range got.Kvs {
+				keys = append(keys, string(kv.Key))
+			}
+		}
+		for _, ev := range resp.Events {
+			keys = append(keys, string(ev.Kv.Key))
+		}
+		for _, key := range keys {
+			if !ghost(s, dir, mine, key) {
+				continue
+			}
+			dctx, dcancel := context.WithTimeout(s.Life, s.TTL/3)
+			ok := tryRemove(dctx, s, key)
+			dcancel()
+			if !ok {
+				return false // refused or unanswered: back off, as for a watch that fails to arm
+			}
 		}
 	}
 	return armed
+}
+
+// ghost reports whether key, one of the session's keys in dir, has a slot
+// no live call holds.
+func ghost(s *Session, dir, mine, key string) bool {
+	n, err := strconv.ParseUint(strings.TrimPrefix(key, mine), 10, 64)
+	return err == nil && n > 0 && !s.Keys.InUse(dir, n)
 }
 
 func tryRemove(ctx context.Context, s *Session, key string) bool {

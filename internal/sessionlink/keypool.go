@@ -7,25 +7,53 @@ import "sync"
 // deleted key in its index until a compaction, and every range over the
 // name walks it: with a key per call, a name locked N times costs every
 // later acquire O(N); with reuse, one entry per session and concurrent call.
-// The zero KeyPool is ready to use.
+// Its size is bounded whatever the session's age: the slots in use, plus at
+// most MaxFreeQueues queues' finished slots (MaxFreePerQueue each), plus one
+// mark per queue that has a sweeper. The zero KeyPool is ready to use.
 type KeyPool struct {
-	mu   sync.Mutex
-	free map[string][]uint64 // guarded by mu: finished slots, per queue prefix
-	next uint64              // guarded by mu: the next slot never handed out
+	mu    sync.Mutex
+	free  map[string][]uint64            // guarded by mu: finished slots, per queue prefix
+	inUse map[string]map[uint64]struct{} // guarded by mu: slots handed out and not yet back
+	swept map[string]bool                // guarded by mu: queues with a sweeper running
+	next  uint64                         // guarded by mu: the next slot never handed out
 }
 
+const (
+	// MaxFreeQueues bounds the queues whose finished slots are kept for
+	// reuse: a session that locks many names once each would otherwise keep
+	// a slot per name for life. A queue dropped from the pool costs its next
+	// acquire a new slot, one more deleted key until etcd compacts.
+	MaxFreeQueues = 1024
+	// MaxFreePerQueue bounds one queue's finished slots: as many as the
+	// session's concurrent calls on one name.
+	MaxFreePerQueue = 16
+)
+
 // Get returns a slot for a new key under prefix that no live call of this
-// session uses.
+// session uses, and marks it in use until Put or Retire.
 func (p *KeyPool) Get(prefix string) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var slot uint64
 	if f := p.free[prefix]; len(f) > 0 {
-		slot := f[len(f)-1]
-		p.free[prefix] = f[:len(f)-1]
-		return slot
+		slot = f[len(f)-1]
+		if len(f) == 1 {
+			delete(p.free, prefix)
+		} else {
+			p.free[prefix] = f[:len(f)-1]
+		}
+	} else {
+		p.next++
+		slot = p.next
 	}
-	p.next++
-	return p.next
+	if p.inUse == nil {
+		p.inUse = map[string]map[uint64]struct{}{}
+	}
+	if p.inUse[prefix] == nil {
+		p.inUse[prefix] = map[uint64]struct{}{}
+	}
+	p.inUse[prefix][slot] = struct{}{}
+	return slot
 }
 
 // Put hands slot back for reuse. Only call it once the slot's key is known
@@ -33,8 +61,66 @@ func (p *KeyPool) Get(prefix string) uint64 {
 func (p *KeyPool) Put(prefix string, slot uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.done(prefix, slot)
+	f, ok := p.free[prefix]
+	switch {
+	case len(f) >= MaxFreePerQueue:
+		return
+	case !ok && len(p.free) >= MaxFreeQueues:
+		for q := range p.free { // make room: any queue will do
+			delete(p.free, q)
+			break
+		}
+	}
 	if p.free == nil {
 		p.free = map[string][]uint64{}
 	}
-	p.free[prefix] = append(p.free[prefix], slot)
+	p.free[prefix] = append(f, slot)
+}
+
+// Retire ends the use of slot without handing it back: its key may yet be
+// written again by a request whose reply was lost, so it is never reused.
+func (p *KeyPool) Retire(prefix string, slot uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done(prefix, slot)
+}
+
+// done marks slot no longer in use; mu is held.
+func (p *KeyPool) done(prefix string, slot uint64) {
+	delete(p.inUse[prefix], slot)
+	if len(p.inUse[prefix]) == 0 {
+		delete(p.inUse, prefix)
+	}
+}
+
+// InUse reports whether slot under prefix is handed out to a live call.
+func (p *KeyPool) InUse(prefix string, slot uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.inUse[prefix][slot]
+	return ok
+}
+
+// Sweep marks prefix as swept and reports whether it was not yet: the
+// caller then starts its one sweeper.
+func (p *KeyPool) Sweep(prefix string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.swept[prefix] {
+		return false
+	}
+	if p.swept == nil {
+		p.swept = map[string]bool{}
+	}
+	p.swept[prefix] = true
+	return true
+}
+
+// Size returns the number of queues the pool keeps state for, each kind
+// counted apart: finished slots, slots in use, sweepers.
+func (p *KeyPool) Size() (free, inUse, swept int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free), len(p.inUse), len(p.swept)
 }

@@ -1,0 +1,96 @@
+package fencing_test
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/sessionlink"
+)
+
+// A session whose enqueues lose their replies again and again (a far or
+// flaky client) keeps one sweeper per name, not one per lost reply: its
+// goroutines and the pool's state stay flat over 1600 lost replies on 16
+// names.
+func TestLostRepliesKeepOneSweeper(t *testing.T) {
+	c := fencingtest.Single(t)
+	prefix := fencing.DefaultRoot + "far/" // every kind of every name under it
+	var n atomic.Int64
+	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+		if fencingtest.PutsUnder(req, prefix) && n.Add(1)%2 == 1 {
+			return fencingtest.LoseReply // the first attempt of every enqueue
+		}
+		return fencingtest.Pass
+	}}
+	s := fencingtest.Session(t, c.Client(t, r.Option()))
+	cycles := func(k int) {
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				for range k / 16 {
+					h, err := fencingtest.Mutex(t, s, fmt.Sprint("far/", w)).Lock(fencingtest.Context(t, wait))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	cycles(160) // warm up: the sweeper and the client's streams exist
+	before := runtime.NumGoroutine()
+	cycles(1600)
+	if t.Failed() {
+		return
+	}
+	if lost := n.Load() / 2; lost < 1760 {
+		t.Fatalf("only %d replies lost", lost)
+	}
+	if g := runtime.NumGoroutine(); g > before+20 {
+		t.Errorf("goroutines grew from %d to %d over 1600 lost replies", before, g)
+	}
+	if free, inUse, swept := fencing.KeyPoolSize(s); free > 16 || inUse != 0 || swept != 16 {
+		t.Errorf("key pool: %d queues with free slots, %d in use, %d swept; want at most 16, 0, 16", free, inUse, swept)
+	}
+	if keys := c.Keys(t, prefix); len(keys) != 0 {
+		t.Errorf("keys left: %q", keys)
+	}
+}
+
+// A session that locks many names, each once, keeps finished slots for at
+// most MaxFreeQueues of them.
+func TestManyNamesKeepPoolBounded(t *testing.T) {
+	c := fencingtest.Single(t)
+	s := fencingtest.Session(t, c.Client(t))
+	names := sessionlink.MaxFreeQueues + 200
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < names; i += 8 {
+				h, err := fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).TryLock(fencingtest.Context(t, wait))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if free, inUse, swept := fencing.KeyPoolSize(s); free > sessionlink.MaxFreeQueues || inUse != 0 || swept != 0 {
+		t.Errorf("key pool after %d names: %d queues with free slots, %d in use, %d swept; want at most %d, 0, 0",
+			names, free, inUse, swept, sessionlink.MaxFreeQueues)
+	}
+}

@@ -1,0 +1,11 @@
+package fencing
+
+// KeyPoolSize exposes the session's key pool's size to the growth tests.
+func KeyPoolSize(s *Session) (free, inUse, swept int) { return s.link.Keys.Size() }
+
+// GateNames exposes how many names a Gate keeps a lock for.
+func GateNames(g *Gate) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.names)
+}
