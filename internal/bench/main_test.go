@@ -24,6 +24,7 @@ import (
 func TestMain(m *testing.M) {
 	fencingtest.RegisterHelper("hold", holdHelper)
 	fencingtest.RegisterHelper("group", groupHelper)
+	fencingtest.RegisterHelper("cost", costHelper)
 	fencingtest.Main(m)
 }
 

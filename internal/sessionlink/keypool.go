@@ -12,10 +12,17 @@ import "sync"
 // mark per queue that has a sweeper. The zero KeyPool is ready to use.
 type KeyPool struct {
 	mu    sync.Mutex
-	free  map[string][]uint64            // guarded by mu: finished slots, per queue prefix
-	inUse map[string]map[uint64]struct{} // guarded by mu: slots handed out and not yet back
-	swept map[string]bool                // guarded by mu: queues with a sweeper running
-	next  uint64                         // guarded by mu: the next slot never handed out
+	free  map[string][]uint64 // guarded by mu: finished slots, per queue prefix
+	inUse map[slotOf]struct{} // guarded by mu: slots handed out and not yet back
+	swept map[string]bool     // guarded by mu: queues with a sweeper running
+	next  uint64              // guarded by mu: the next slot never handed out
+}
+
+// slotOf is one slot of one queue; one map of them, not a map per queue,
+// keeps a hold on a name of its own at one entry.
+type slotOf struct {
+	prefix string
+	slot   uint64
 }
 
 const (
@@ -47,12 +54,9 @@ func (p *KeyPool) Get(prefix string) uint64 {
 		slot = p.next
 	}
 	if p.inUse == nil {
-		p.inUse = map[string]map[uint64]struct{}{}
+		p.inUse = map[slotOf]struct{}{}
 	}
-	if p.inUse[prefix] == nil {
-		p.inUse[prefix] = map[uint64]struct{}{}
-	}
-	p.inUse[prefix][slot] = struct{}{}
+	p.inUse[slotOf{prefix, slot}] = struct{}{}
 	return slot
 }
 
@@ -88,17 +92,14 @@ func (p *KeyPool) Retire(prefix string, slot uint64) {
 
 // done marks slot no longer in use; mu is held.
 func (p *KeyPool) done(prefix string, slot uint64) {
-	delete(p.inUse[prefix], slot)
-	if len(p.inUse[prefix]) == 0 {
-		delete(p.inUse, prefix)
-	}
+	delete(p.inUse, slotOf{prefix, slot})
 }
 
 // InUse reports whether slot under prefix is handed out to a live call.
 func (p *KeyPool) InUse(prefix string, slot uint64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.inUse[prefix][slot]
+	_, ok := p.inUse[slotOf{prefix, slot}]
 	return ok
 }
 
@@ -117,8 +118,8 @@ func (p *KeyPool) Sweep(prefix string) bool {
 	return true
 }
 
-// Size returns the number of queues the pool keeps state for, each kind
-// counted apart: finished slots, slots in use, sweepers.
+// Size returns the number of queues with finished slots kept, of slots in
+// use, and of queues with a sweeper.
 func (p *KeyPool) Size() (free, inUse, swept int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

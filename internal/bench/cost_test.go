@@ -1,0 +1,167 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// BenchmarkHoldCost measures what holds and waiters cost the process that
+// has them, in a subprocess so that the embedded etcd is not counted: n
+// holds on one session, each with its watched context (Hold.Context), or n
+// Lock calls waiting on n names another process holds. It reports, per
+// hold or waiter, the heap in use, the goroutine stacks and the
+// goroutines (a waiter's own goroutine, the caller's, included), and the
+// gRPC watch streams of the process. LEASEHOLD_HOLDS sets n (default
+// 1000,10000; 100000 takes minutes). LEASEHOLD_COST_PROFILE=path writes the
+// helper's heap and goroutine profiles to path.heap and path.goroutine.
+//
+//	go test ./internal/bench -run '^$' -bench HoldCost -benchtime 1x
+func BenchmarkHoldCost(b *testing.B) {
+	sizes := []int{1000, 10000}
+	if env := os.Getenv("LEASEHOLD_HOLDS"); env != "" {
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				b.Fatalf("LEASEHOLD_HOLDS: %v", err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	c := cluster(b)
+	for _, mode := range []string{"hold", "wait"} {
+		for _, n := range sizes {
+			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
+				for range b.N {
+					prefix := fmt.Sprintf("cost-%s-%d-%d/", mode, n, time.Now().UnixNano())
+					if mode == "wait" {
+						holdAll(b, c, prefix, n)
+					}
+					p := fencingtest.StartHelper(b, "cost", c.Endpoints()[0], mode, fmt.Sprint(n), prefix)
+					base := readCost(b, p)
+					p.Send(b, "go")
+					got := readCost(b, p)
+					p.Close()
+					per := func(v, v0 float64) float64 { return (v - v0) / float64(n) }
+					b.ReportMetric(per(got.Heap, base.Heap)/1024, "heap-KiB/op")
+					b.ReportMetric(per(got.Stack, base.Stack)/1024, "stack-KiB/op")
+					b.ReportMetric(per(got.Goroutines, base.Goroutines), "goroutines/op")
+					b.ReportMetric(got.Heap/(1<<20), "heap-MiB")
+					b.ReportMetric(got.WatchStreams, "watch-streams")
+				}
+			})
+		}
+	}
+}
+
+// holdAll holds prefix0 … prefix<n-1> on a session of this process until
+// the benchmark ends, for the waiters to wait on.
+func holdAll(b *testing.B, c *fencingtest.Cluster, prefix string, n int) {
+	s := fencingtest.Session(b, c.Client(b), fencing.WithTTL(30*time.Second))
+	for i := range n {
+		m, _ := fencing.NewMutex(s, fmt.Sprint(prefix, i))
+		if _, err := m.TryLock(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// cost is what the helper measured.
+type cost struct {
+	Heap, Stack, Goroutines, WatchStreams float64
+}
+
+func readCost(b *testing.B, p *fencingtest.Proc) cost {
+	b.Helper()
+	var c cost
+	if err := json.Unmarshal([]byte(p.Expect(b, 10*time.Minute, "cost ")), &c); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// costHelper measures itself before and after taking n holds (or starting
+// n waiters) on one session. Args: endpoint, "hold" or "wait", n, the names'
+// prefix. It
+// prints "cost {json}" at rest, waits for a line on stdin, takes the holds,
+// prints again, and exits when stdin closes.
+func costHelper(args []string) int {
+	var ctr etcdtest.Counter
+	cfg := clientv3.Config{Endpoints: args[:1], Logger: zap.NewNop()}
+	etcdtest.WithCounter(&ctr)(&cfg)
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return 1
+	}
+	n, _ := strconv.Atoi(args[2])
+	ctx := context.Background()
+	s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(30*time.Second))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	report := func() {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		out, _ := json.Marshal(cost{Heap: float64(ms.HeapInuse), Stack: float64(ms.StackInuse),
+			Goroutines: float64(runtime.NumGoroutine()), WatchStreams: float64(ctr.Streams("Watch"))})
+		fmt.Println("cost", string(out))
+	}
+	report()
+	var line string
+	fmt.Scanln(&line)
+	watches := ctr.Requests("Watch")
+	for i := range n {
+		m, _ := fencing.NewMutex(s, fmt.Sprint(args[3], i))
+		if args[1] == "wait" {
+			go m.Lock(ctx) // waits for as long as the process lives
+			continue
+		}
+		h, err := m.TryLock(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		h.Context() // the hold's watch: what ends the context on a loss
+	}
+	// Each hold and each waiter has its watch once the last is created.
+	for ctr.Requests("Watch") < watches+n {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if path := os.Getenv("LEASEHOLD_COST_PROFILE"); path != "" {
+		writeProfiles(path) // before the report: the benchmark ends the process after it
+	}
+	report()
+	fmt.Scanln(&line)
+	s.Close(ctx)
+	return 0
+}
+
+// writeProfiles writes the heap and goroutine profiles to path.heap and
+// path.goroutine, for go tool pprof.
+func writeProfiles(path string) {
+	for _, name := range []string{"heap", "goroutine"} {
+		f, err := os.Create(path + "." + name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return
+		}
+		pprof.Lookup(name).WriteTo(f, 0)
+		f.Close()
+	}
+}
