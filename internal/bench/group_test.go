@@ -38,10 +38,21 @@ const idleWindow = 2 * groupTTL
 // what etcd's package offers for the same job: R replicas, each with one
 // session, campaigning for all N names; it reports how many names the
 // busiest replica leads, and its idle requests.
+//
+// LEASEHOLD_GROUP=10000/10 runs only that cell (names/replicas), the scale
+// that #29 asks about; it takes minutes.
 func BenchmarkGroup(b *testing.B) {
 	c := cluster(b)
-	for _, names := range []int{10, 100, 1000} {
-		for _, replicas := range []int{2, 3, 4, 5} {
+	namesSet, replicasSet := []int{10, 100, 1000}, []int{2, 3, 4, 5}
+	if env := os.Getenv("LEASEHOLD_GROUP"); env != "" {
+		var n, r int
+		if _, err := fmt.Sscanf(env, "%d/%d", &n, &r); err != nil {
+			b.Fatalf("LEASEHOLD_GROUP=%q: want names/replicas: %v", env, err)
+		}
+		namesSet, replicasSet = []int{n}, []int{r}
+	}
+	for _, names := range namesSet {
+		for _, replicas := range replicasSet {
 			b.Run(fmt.Sprintf("names=%d/replicas=%d/leasehold", names, replicas), func(b *testing.B) {
 				for range b.N {
 					groupRun(b, c, names, replicas)
