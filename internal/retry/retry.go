@@ -24,23 +24,38 @@ const (
 	MaxBackoff = time.Second
 )
 
-// AttemptFloor is the least time one attempt of a retried request gets;
-// more when requests are slow (see Timeout). A write that reaches a leader
-// as it hands leadership over is dropped without an answer, and etcd gives
-// up on it only at its request timeout (7 s by default): a new attempt
-// reaches the new leader at once.
+// AttemptFloor is the least time the first attempt of a retried request
+// gets; more when requests are slow (see Timeout). A write that reaches a
+// leader as it hands leadership over is dropped without an answer, and etcd
+// gives up on it only at its request timeout (7 s by default): a new
+// attempt reaches the new leader at once.
 const AttemptFloor = 500 * time.Millisecond
+
+// resendFloor is the least time an attempt after the first gets, before
+// doubling (see Timeout).
+const resendFloor = 50 * time.Millisecond
 
 // attemptCeiling caps the growth of an attempt's time.
 const attemptCeiling = 8 * time.Second
 
 // Timeout is how long attempt n (from 0) of a request may wait for its
-// answer: four times the usual request time, at least AttemptFloor, doubled
-// for each earlier attempt that got no answer (a link slower than the
-// estimate), at most attemptCeiling. The estimate learns from every answer,
-// so a client far from its cluster is not cut short for long.
+// answer: four times the usual request time, at least AttemptFloor for the
+// first attempt and resendFloor for later ones, doubled for each earlier
+// attempt that got no answer (a link slower than the estimate), at most
+// attemptCeiling. The estimate learns from every answer, so a client far
+// from its cluster is not cut short for long.
+//
+// The first attempt's floor is not doubled: an attempt that got no answer
+// was most likely dropped, as etcd drops a write that a follower forwards to
+// a leader just moved, removed or stopped, and the election that follows
+// may outlast the first attempt. Later attempts reach the new leader soon
+// after it exists (#29: with the floor doubled, two dropped deletes left a
+// lock free for 1.5 s).
 func Timeout(lat *Latency, n int) time.Duration {
 	d := max(AttemptFloor, 4*lat.Get())
+	if n > 0 {
+		d = max(resendFloor, 4*lat.Get())
+	}
 	for range n {
 		if d *= 2; d >= attemptCeiling {
 			return attemptCeiling

@@ -7,8 +7,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-// An attempt gets four request times, at least the floor, doubled for each
-// unanswered one before it, at most the ceiling.
+// An attempt gets four request times, at least the first attempt's floor or
+// the resends' one, doubled for each unanswered one before it, at most the
+// ceiling. After a dropped first attempt, a fast link's resends go at
+// 100, 200, 400 ms, not 1, 2, 4 s (#29); a slow link's grow as before.
 func TestAttemptTimeout(t *testing.T) {
 	fast, slow := new(Latency), new(Latency)
 	fast.Observe(2 * time.Millisecond)
@@ -20,8 +22,11 @@ func TestAttemptTimeout(t *testing.T) {
 	}{
 		{nil, 0, AttemptFloor},
 		{fast, 0, AttemptFloor},
-		{fast, 1, 2 * AttemptFloor},
+		{nil, 1, 2 * resendFloor},
+		{fast, 1, 2 * resendFloor},
+		{fast, 3, 8 * resendFloor},
 		{slow, 0, 1200 * time.Millisecond},
+		{slow, 1, 2400 * time.Millisecond},
 		{slow, 2, 4800 * time.Millisecond},
 		{slow, 3, attemptCeiling},
 		{fast, 1000, attemptCeiling},
