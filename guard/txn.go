@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/retry"
@@ -64,8 +65,10 @@ func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
 // wrapping ErrNotOwner; the owner's watched contexts are then cancelled at
 // once with fencing.ErrKeyDeleted. Otherwise it returns the response of the
 // caller's txn, as clientv3 would: Succeeded tells whether the caller's
-// compares held, Responses are the results of the branch that ran. It
-// returns by ctx's deadline. A nil ctx or owner, or an owner whose session
+// compares held, Responses are the results of the branch that ran. The
+// ownership check is linearizable whatever the caller's ops (even none, or
+// serializable reads): no lagging etcd member can vouch for a lost owner.
+// It returns by ctx's deadline. A nil ctx or owner, or an owner whose session
 // NewSession did not make, returns fencing.ErrInvalidArgument and sends
 // nothing.
 //
@@ -88,7 +91,16 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		// The caller's txn nested in the ownership check: a failed compare
 		// of the caller's is told apart from a lost ownership.
 		txn = txn.Then(clientv3.OpTxn(g.cmps, g.thens, g.elses))
-	} else {
+	}
+	// etcd serves a txn of serializable reads alone (or of nothing) from
+	// whichever member gets it, without asking the leader: a lagging member
+	// would vouch for a lost owner. One linearizable count of the owner key
+	// makes it read through the leader; its response is dropped.
+	counted := !nested && !slices.ContainsFunc(g.thens, func(op clientv3.Op) bool { return !op.IsGet() || !op.IsSerializable() })
+	switch {
+	case counted:
+		txn = txn.Then(append(slices.Clone(g.thens), clientv3.OpGet(g.o.Key(), clientv3.WithCountOnly()))...)
+	case !nested:
 		// Without compares of its own, the caller's txn always takes Then:
 		// the flat form means the same, for less work.
 		txn = txn.Then(g.thens...)
@@ -106,6 +118,9 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		err := fmt.Errorf("guard: txn for %v at revision %d: %w", g.o.Token(), resp.Header.Revision, ErrNotOwner)
 		l.Reject(g.o.Token().Name, g.o.Token().Revision, err)
 		return nil, err
+	}
+	if counted && len(resp.Responses) > 0 {
+		resp.Responses = resp.Responses[:len(resp.Responses)-1]
 	}
 	if !nested {
 		return resp, nil

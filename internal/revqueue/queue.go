@@ -268,7 +268,9 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, 
 func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 	mine := clientv3.Compare(clientv3.CreateRevision(e.Key), "=", e.Rev)
 	if e.predOwner && !full {
-		resp, err := q.Client.Txn(ctx).If(mine).Commit()
+		// The count makes etcd answer through the leader: a txn of compares
+		// alone is served by any member from its own, maybe lagging, state.
+		resp, err := q.Client.Txn(ctx).If(mine).Then(clientv3.OpGet(e.Key, clientv3.WithCountOnly())).Commit()
 		if err != nil {
 			return err
 		}

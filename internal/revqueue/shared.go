@@ -448,6 +448,11 @@ func (q Queue) rejoin(ctx context.Context, resp *clientv3.TxnResponse, confirm f
 // read runs ops in one txn that first checks e's key is alive, and records
 // the read's revision.
 func (q Queue) read(ctx context.Context, e *Entry, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if len(ops) == 0 {
+		// A txn of compares alone is served by any member from its own,
+		// maybe lagging, state; a linearizable read goes through the leader.
+		ops = []clientv3.Op{clientv3.OpGet(e.Key, clientv3.WithCountOnly())}
+	}
 	resp, err := q.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.Key), "=", e.Rev)).Then(ops...).Commit()
 	if err != nil {
 		return nil, err
