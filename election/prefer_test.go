@@ -92,6 +92,16 @@ func (f *fleet) waitLeader(id string) {
 	})
 }
 
+// lowThenHigh starts "low" (priority 1) and waits until it leads, then
+// "high" (priority 2), and waits until high has taken over.
+func (f *fleet) lowThenHigh() {
+	f.t.Helper()
+	f.start("low", nil, election.Priority(1))
+	f.waitLeader("low")
+	f.start("high", nil, election.Priority(2))
+	f.waitLeader("high")
+}
+
 // waitQueued waits until id waits in the election's queue.
 func (f *fleet) waitQueued(id string) {
 	f.t.Helper()
@@ -404,10 +414,7 @@ func TestPriorityRejectsBadInput(t *testing.T) {
 func TestCandidateRecordWrittenAgainAfterDelete(t *testing.T) {
 	c := fencingtest.Single(t)
 	f := newFleet(t, c)
-	f.start("low", nil, election.Priority(1))
-	f.waitLeader("low")
-	f.start("high", nil, election.Priority(2))
-	f.waitLeader("high")
+	f.lowThenHigh()
 	var key string
 	for _, cand := range c.Queue(t, fencing.KindElection, fleetName).Candidates {
 		if cand.ID == "high" {
@@ -428,10 +435,7 @@ func TestCandidateRecordWrittenAgainAfterDelete(t *testing.T) {
 func TestRankedLeaderRevoked(t *testing.T) {
 	c := fencingtest.Single(t)
 	f := newFleet(t, c)
-	f.start("low", nil, election.Priority(1))
-	f.waitLeader("low")
-	f.start("high", nil, election.Priority(2))
-	f.waitLeader("high")
+	f.lowThenHigh()
 	c.RevokeOwner(t, fencing.KindElection, fleetName)
 	fencingtest.WaitFor(t, wait, "high leading again after low", func() bool { return len(f.started()) == 4 })
 	f.waitLeader("high")

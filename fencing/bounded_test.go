@@ -1,6 +1,7 @@
 package fencing_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync"
@@ -32,13 +33,7 @@ func TestLostRepliesKeepOneSweeper(t *testing.T) {
 		for w := range 16 {
 			wg.Go(func() {
 				for range k / 16 {
-					h, err := fencingtest.Mutex(t, s, fmt.Sprint("far/", w)).Lock(fencingtest.Context(t, wait))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
-						t.Error(err)
+					if !lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("far/", w)).Lock) {
 						return
 					}
 				}
@@ -76,13 +71,7 @@ func TestManyNamesKeepPoolBounded(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for i := w; i < names; i += 8 {
-				h, err := fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).TryLock(fencingtest.Context(t, wait))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
-					t.Error(err)
+				if !lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).TryLock) {
 					return
 				}
 			}
@@ -93,4 +82,19 @@ func TestManyNamesKeepPoolBounded(t *testing.T) {
 		t.Errorf("key pool after %d names: %d queues with free slots, %d in use, %d swept; want at most %d, 0, 0",
 			names, free, inUse, swept, sessionlink.MaxFreeQueues)
 	}
+}
+
+// lockUnlock takes a hold with lock and releases it, and reports whether
+// both worked (the test is marked failed otherwise).
+func lockUnlock(t *testing.T, lock func(context.Context) (*fencing.Hold, error)) bool {
+	h, err := lock(fencingtest.Context(t, wait))
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
 }
