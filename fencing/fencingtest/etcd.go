@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // Timing of the embedded members. A short heartbeat makes leader elections
@@ -167,7 +168,7 @@ func (c *Cluster) Close() {
 	}
 }
 
-func (m *Member) config(state string) *embed.Config {
+func (m *Member) config(state string, stopping context.Context) *embed.Config {
 	cfg := embed.NewConfig()
 	cfg.Name = m.Name
 	cfg.Dir = m.dir
@@ -188,8 +189,30 @@ func (m *Member) config(state string) *embed.Config {
 	if m.certs != nil {
 		cfg.ClientTLSInfo = m.certs.serverInfo()
 	}
+	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{grpc.ChainStreamInterceptor(endStreams(stopping))}
 	return cfg
 }
+
+// endStreams ends every gRPC stream once stopping is done. A real etcd
+// process drops its streams when it stops; an embedded member that removed
+// itself keeps them open during its graceful close (up to 5.5 s), with no
+// event, which would time a client's watch on it, not the library.
+func endStreams(stopping context.Context) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, cancel := context.WithCancel(ss.Context())
+		defer cancel()
+		defer context.AfterFunc(stopping, cancel)()
+		return handler(srv, ctxStream{ss, ctx})
+	}
+}
+
+// ctxStream is a server stream with a context of its own.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s ctxStream) Context() context.Context { return s.ctx }
 
 func (m *Member) start(state string) error {
 	m.mu.Lock()
@@ -197,10 +220,13 @@ func (m *Member) start(state string) error {
 	m.held = nil
 	m.mu.Unlock()
 	held.release()
-	e, err := embed.StartEtcd(m.config(state))
+	stopping, stopped := context.WithCancel(context.Background())
+	e, err := embed.StartEtcd(m.config(state, stopping))
 	if err != nil {
+		stopped()
 		return err
 	}
+	go func() { <-e.Server.StoppingNotify(); stopped() }()
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():

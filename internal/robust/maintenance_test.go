@@ -24,8 +24,8 @@ import (
 )
 
 // The maintenance scenario: routine etcd operations, not failures. Every
-// member is restarted in turn, leadership is moved, and one member is
-// replaced by an empty one, while 5 workers lock and make guarded
+// member is restarted in turn, leadership is moved, and the raft leader's
+// member is replaced by an empty one, while 5 workers lock and make guarded
 // increments and 3 replicas run an election. What callers see is counted
 // by operation and error; the target for leasehold is no error at all
 // except the caller's own deadlines, and guarded increments that commit, say
@@ -142,9 +142,11 @@ func (m *maintenance) drive(t *testing.T, c *fencingtest.Cluster) {
 			m.progress(t, "progress after a leader transfer")
 		}
 		if step == steps/2 {
-			r := (i + 1) % len(c.Members)
+			// The raft leader's member: the followers forward writes to it
+			// until they learn of its removal (#29's finding).
+			r := c.WaitLeader(t)
 			c.ReplaceMember(t, r)
-			m.fault("replace " + c.Members[r].Name + " with an empty member")
+			m.fault("replace the leader " + c.Members[r].Name + " with an empty member")
 			m.progress(t, "progress after a member replacement")
 		}
 	}
