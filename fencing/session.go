@@ -99,6 +99,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 	s.link.Latency.Observe(time.Since(sent)) // the grant's round trip
 	s.ctx, s.cancel = sessionlink.With(life, s.link), cancel
 	s.link.Life = s.ctx
+	s.link.Watches = ownwatch.NewMux(cli, s.ctx, s.background)
 	s.closingCtx, s.closing = context.WithCancel(context.Background())
 	s.expiry = time.AfterFunc(time.Until(s.validUntil), s.checkExpiry)
 	s.wg.Go(s.keepAlive)

@@ -163,7 +163,10 @@ func TestCompactionAndReconnectKeepValidHold(t *testing.T) {
 	ctx := watch(t, h)
 	watches := ctr.Requests("Watch")
 	c.CompactWhileDown(t, 0, func() {})
-	fencingtest.WaitFor(t, wait, "the watch to be re-armed", func() bool { return ctr.Requests("Watch") > watches+1 })
+	// Re-armed: its create sent again, on a new stream.
+	fencingtest.WaitFor(t, wait, "the watch to be re-armed", func() bool {
+		return ctr.Requests("Watch") > watches && ctr.Streams("Watch") > 1
+	})
 	if err := context.Cause(ctx); err != nil {
 		t.Fatalf("valid hold's context ended: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,6 +40,10 @@ type Owner struct {
 	// that closing the session waits for it; false means the session has
 	// ended, and the watch ends at once. Unset: a plain goroutine.
 	Go func(f func()) bool
+	// Mux, if set, serves the watch on the session's one stream, with no
+	// goroutine of its own; unset, the watch has a clientv3 Watch and a
+	// goroutine.
+	Mux *Mux
 }
 
 // retryDelay paces re-arming a broken watch while the session still vouches.
@@ -67,6 +72,12 @@ type Watcher struct {
 	done   chan struct{}
 	wctx   context.Context // the current etcd watch's context
 	wstop  context.CancelFunc
+
+	// Served by a Mux: the watch's ID on the stream, the end of its
+	// registration, and the once that closes armed.
+	id         int64
+	unregister func()
+	armOnce    sync.Once
 }
 
 // Start returns at once a watch whose context is cancelled with a cause once
@@ -77,6 +88,14 @@ type Watcher struct {
 func Start(parent context.Context, o Owner) *Watcher {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &Watcher{o: o, ctx: ctx, cancel: cancel, armed: make(chan struct{}), done: make(chan struct{})}
+	if o.Mux != nil {
+		w.unregister = o.Owners.Register(o.Key, o.Rev, func(cause error) { cancel(cause) })
+		if !o.Mux.add(w) {
+			cancel(context.Cause(o.Life)) // the session ended: nothing to watch
+			w.finish()
+		}
+		return w
+	}
 	// The session's end cancels the watch at once, even while it is blocked
 	// in etcd (clientv3's Watch call blocks until the server creates the
 	// watch): the context ends at ValidUntil whatever the network does.
@@ -129,7 +148,7 @@ func (w *Watcher) arm() clientv3.WatchChan {
 			return wch
 		}
 		w.wstop()
-		w.pause()
+		pause(w.ctx, retryDelay)
 	}
 	return nil
 }
@@ -144,6 +163,11 @@ func (w *Watcher) created(wch clientv3.WatchChan) bool {
 	if resp.Header.Revision == w.o.Rev {
 		return true // nothing happened since the key was created
 	}
+	return w.read()
+}
+
+// read checks the key is still ours, now; false if the read failed.
+func (w *Watcher) read() bool {
 	g, err := w.o.Client.Get(w.ctx, w.o.Key, clientv3.WithKeysOnly())
 	if err != nil {
 		return false
@@ -153,6 +177,24 @@ func (w *Watcher) created(wch clientv3.WatchChan) bool {
 		w.o.Owners.Lost(w.o.Key, w.o.Rev, w.leaseCause(gone, len(g.Kvs) == 0))
 	}
 	return true
+}
+
+// check arms a watch the Mux created at a revision past the key's: it
+// reads the key until a read succeeds or the watch ends.
+func (w *Watcher) check() {
+	for !w.read() && w.ctx.Err() == nil {
+		pause(w.ctx, retryDelay)
+	}
+	w.markArmed()
+}
+
+func (w *Watcher) markArmed() { w.armOnce.Do(func() { close(w.armed) }) }
+
+// finish ends a watch served by a Mux once its context has ended.
+func (w *Watcher) finish() {
+	w.unregister()
+	w.markArmed()
+	close(w.done)
 }
 
 func (w *Watcher) run(wch clientv3.WatchChan) {
@@ -215,11 +257,12 @@ func (w *Watcher) leaseCause(gone error, deleted bool) error {
 	return fmt.Errorf("%w: lease %x: %w", w.o.Expired, int64(w.o.LeaseID), gone)
 }
 
-func (w *Watcher) pause() {
-	t := time.NewTimer(retryDelay)
+// pause waits for d, or until ctx is done.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-w.ctx.Done():
+	case <-ctx.Done():
 	}
 }

@@ -3,6 +3,9 @@ package ownwatch_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +27,7 @@ type owned struct {
 	endSession context.CancelCauseFunc
 }
 
-func own(t *testing.T, cli *clientv3.Client, reg *ownwatch.Registry, key string) owned {
+func own(t *testing.T, cli *clientv3.Client, reg *ownwatch.Registry, key string, mux bool) owned {
 	t.Helper()
 	ctx := fencingtest.Context(t, wait)
 	g, err := cli.Grant(ctx, 60)
@@ -36,17 +39,28 @@ func own(t *testing.T, cli *clientv3.Client, reg *ownwatch.Registry, key string)
 		t.Fatal(err)
 	}
 	life, end := context.WithCancelCause(context.Background())
-	t.Cleanup(func() { end(context.Canceled) })
-	return owned{
-		Owner:      ownwatch.Owner{Client: cli, Key: key, Rev: p.Header.Revision, Life: life, LeaseID: g.ID, Expired: errExpired, Owners: reg},
-		endSession: end,
+	o := ownwatch.Owner{Client: cli, Key: key, Rev: p.Header.Revision, Life: life, LeaseID: g.ID, Expired: errExpired, Owners: reg}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { end(context.Canceled); wg.Wait() })
+	if mux {
+		o.Mux = ownwatch.NewMux(cli, life, func(f func()) bool { wg.Go(f); return true })
 	}
+	return owned{Owner: o, endSession: end}
+}
+
+// modes runs test on a watch of its own (a clientv3 Watch and a goroutine),
+// then on a Mux.
+func modes(t *testing.T, test func(t *testing.T, mux bool)) {
+	t.Run("clientv3", func(t *testing.T) { test(t, false) })
+	t.Run("mux", func(t *testing.T) { test(t, true) })
 }
 
 // Once Watch returns (armed), a deletion is seen, and the cause says so.
-func TestArmedWatchSeesDeletion(t *testing.T) {
+func TestArmedWatchSeesDeletion(t *testing.T) { modes(t, testArmedWatchSeesDeletion) }
+
+func testArmedWatchSeesDeletion(t *testing.T, mux bool) {
 	c := fencingtest.Single(t)
-	o := own(t, c.Client(t), new(ownwatch.Registry), "armed")
+	o := own(t, c.Client(t), new(ownwatch.Registry), "armed", mux)
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
 	defer cancel()
 	if ctx.Err() != nil {
@@ -60,9 +74,11 @@ func TestArmedWatchSeesDeletion(t *testing.T) {
 
 // Start returns before arming; a deletion made before the watch was armed is
 // found by the read arming ends with, and Armed closes either way.
-func TestStartFindsDeletionBeforeArming(t *testing.T) {
+func TestStartFindsDeletionBeforeArming(t *testing.T) { modes(t, testStartFindsDeletionBeforeArming) }
+
+func testStartFindsDeletionBeforeArming(t *testing.T, mux bool) {
 	c := fencingtest.Single(t)
-	o := own(t, c.Client(t), new(ownwatch.Registry), "before-arming")
+	o := own(t, c.Client(t), new(ownwatch.Registry), "before-arming", mux)
 	c.Delete(t, o.Key)
 	w := ownwatch.Start(context.Background(), o.Owner)
 	defer w.Stop(context.Canceled)
@@ -73,7 +89,9 @@ func TestStartFindsDeletionBeforeArming(t *testing.T) {
 }
 
 // Each way of losing ownership ends the context with its own cause.
-func TestCauseOfEachLoss(t *testing.T) {
+func TestCauseOfEachLoss(t *testing.T) { modes(t, testCauseOfEachLoss) }
+
+func testCauseOfEachLoss(t *testing.T, mux bool) {
 	c := fencingtest.Single(t)
 	cli := c.Client(t)
 	sessionLost := errors.New("test: session lost")
@@ -102,7 +120,7 @@ func TestCauseOfEachLoss(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := new(ownwatch.Registry)
-			o := own(t, cli, reg, "cause/"+tc.name)
+			o := own(t, cli, reg, "cause/"+tc.name, mux)
 			parent, cancelParent := context.WithCancelCause(context.Background())
 			defer cancelParent(nil)
 			ctx, cancel := ownwatch.Watch(parent, o.Owner)
@@ -123,9 +141,11 @@ func TestCauseOfEachLoss(t *testing.T) {
 
 // A broken watch stream (the member restarted) is resumed, not turned into a
 // loss; a deletion after that is still seen.
-func TestBrokenStreamIsResumed(t *testing.T) {
+func TestBrokenStreamIsResumed(t *testing.T) { modes(t, testBrokenStreamIsResumed) }
+
+func testBrokenStreamIsResumed(t *testing.T, mux bool) {
 	c := fencingtest.Single(t)
-	o := own(t, c.Client(t), new(ownwatch.Registry), "broken")
+	o := own(t, c.Client(t), new(ownwatch.Registry), "broken", mux)
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
 	defer cancel()
 	c.Stop(0)
@@ -144,10 +164,12 @@ func TestBrokenStreamIsResumed(t *testing.T) {
 
 // A watch resumed past a compaction (its member was down while the cluster
 // compacted) re-arms from a fresh read instead of reporting a loss.
-func TestCompactedWatchIsRearmed(t *testing.T) {
+func TestCompactedWatchIsRearmed(t *testing.T) { modes(t, testCompactedWatchIsRearmed) }
+
+func testCompactedWatchIsRearmed(t *testing.T, mux bool) {
 	c := fencingtest.Three(t)
 	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()})
-	o := own(t, cli, new(ownwatch.Registry), "compacted")
+	o := own(t, cli, new(ownwatch.Registry), "compacted", mux)
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
 	defer cancel()
 	c.CompactWhileDown(t, 0, func() {})
@@ -165,10 +187,12 @@ func TestCompactedWatchIsRearmed(t *testing.T) {
 
 // Registries are independent: a loss on one reaches no watch of another,
 // even for the same key.
-func TestRegistriesAreIndependent(t *testing.T) {
+func TestRegistriesAreIndependent(t *testing.T) { modes(t, testRegistriesAreIndependent) }
+
+func testRegistriesAreIndependent(t *testing.T, mux bool) {
 	c := fencingtest.Single(t)
 	regA, regB := new(ownwatch.Registry), new(ownwatch.Registry)
-	o := own(t, c.Client(t), regB, "shared-name")
+	o := own(t, c.Client(t), regB, "shared-name", mux)
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
 	defer cancel()
 	regA.Lost(o.Key, o.Rev, errors.New("someone else's loss"))
@@ -189,7 +213,7 @@ func TestRegistriesAreIndependent(t *testing.T) {
 // watch ends at once with the session's cause.
 func TestWatchGoroutineBelongsToTheSession(t *testing.T) {
 	c := fencingtest.Single(t)
-	o := own(t, c.Client(t), new(ownwatch.Registry), "owned-goroutine")
+	o := own(t, c.Client(t), new(ownwatch.Registry), "owned-goroutine", false)
 	var started int
 	o.Go = func(f func()) bool { started++; go f(); return true }
 	w := ownwatch.Start(context.Background(), o.Owner)
@@ -210,4 +234,62 @@ func TestWatchGoroutineBelongsToTheSession(t *testing.T) {
 	if o.Owners.Len() != 0 {
 		t.Error("a watch that never started is still registered")
 	}
+}
+
+// A Mux serves many watches with a fixed number of goroutines, all run
+// through the session's Go (the deferred Wait returns); a deletion ends only
+// its own key's context; a stopped watch leaves the Mux; and a session that
+// has ended starts nothing.
+func TestMuxServesManyWatches(t *testing.T) {
+	c := fencingtest.Single(t)
+	cli := c.Client(t)
+	const n = 200
+	var wg sync.WaitGroup
+	life, end := context.WithCancelCause(context.Background())
+	defer func() { end(context.Canceled); wg.Wait() }()
+	mux := ownwatch.NewMux(cli, life, func(f func()) bool { wg.Go(f); return true })
+	reg := new(ownwatch.Registry)
+	var owners []ownwatch.Owner
+	for i := range n { // all written first: most watches start past their key's revision, and read it
+		o := own(t, cli, reg, fmt.Sprint("mux/", i), false)
+		o.Life, o.Mux = life, mux
+		owners = append(owners, o.Owner)
+	}
+	before := runtime.NumGoroutine()
+	var ws []*ownwatch.Watcher
+	for _, o := range owners {
+		ws = append(ws, ownwatch.Start(context.Background(), o))
+	}
+	for _, w := range ws {
+		<-w.Armed()
+	}
+	if g := runtime.NumGoroutine() - before; g > n/10 {
+		t.Errorf("%d watches added %d goroutines, want a fixed few", n, g)
+	}
+	if mux.Watches() != n {
+		t.Errorf("the Mux serves %d watches, want %d", mux.Watches(), n)
+	}
+	c.Delete(t, "mux/7")
+	if cause := fencingtest.Ended(t, ws[7].Context(), wait, "mux/7 deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+		t.Errorf("cause %v, want ErrKeyDeleted", cause)
+	}
+	for i, w := range ws {
+		if i != 7 && w.Context().Err() != nil {
+			t.Fatalf("watch %d ended with another key's deletion: %v", i, context.Cause(w.Context()))
+		}
+		w.Stop(context.Canceled)
+	}
+	if mux.Watches() != 0 || reg.Len() != 0 {
+		t.Errorf("after every Stop: %d watches in the Mux, %d keys registered", mux.Watches(), reg.Len())
+	}
+	ended := errors.New("test: session over")
+	end(ended)
+	o := own(t, cli, reg, "mux/after", false)
+	o.Life, o.Mux = life, mux
+	w := ownwatch.Start(context.Background(), o.Owner)
+	<-w.Armed()
+	if cause := context.Cause(w.Context()); !errors.Is(cause, ended) {
+		t.Errorf("a watch started after the session ended: cause %v, want the session's", cause)
+	}
+	w.Stop(context.Canceled)
 }

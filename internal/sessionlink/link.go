@@ -35,6 +35,9 @@ type Link struct {
 	Life context.Context
 	// Owners is the registry of the session's owner keys.
 	Owners *ownwatch.Registry
+	// Watches serves the session's watches on one stream; nil for a
+	// client whose KV or Watcher is wrapped.
+	Watches *ownwatch.Mux
 	// Keys hands out the session's key slots.
 	Keys *KeyPool
 	// Expired is the cause a watch reports with ownwatch.ErrKeyDeleted when a
@@ -77,5 +80,5 @@ func Of(ctx context.Context) *Link {
 // lease.
 func (l *Link) Owner(key string, rev int64) ownwatch.Owner {
 	return ownwatch.Owner{Client: l.Client, Key: key, Rev: rev, Life: l.Life, LeaseID: l.Lease, Expired: l.Expired,
-		Owners: l.Owners, Go: l.Go}
+		Owners: l.Owners, Go: l.Go, Mux: l.Watches}
 }

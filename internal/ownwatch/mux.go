@@ -1,0 +1,245 @@
+package ownwatch
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Mux serves every watch of one session on one etcd watch stream, read by
+// one goroutine and written by another: a watch costs a map entry, its
+// context and its registration, and no goroutine of its own (clientv3 gives
+// each Watch call two). A broken stream is reopened and every watch re-armed
+// on it, each with the read that covers the gap.
+type Mux struct {
+	cli  *clientv3.Client
+	life context.Context
+	run  func(f func()) bool
+
+	start   sync.Once
+	started bool // set once by start: the serving goroutine runs
+
+	mu     sync.Mutex
+	ws     map[int64]*Watcher // every live watch, by its watch ID
+	nextID int64
+	gen    int                // counts streams; a retry meant for an older one is dropped
+	live   bool               // a stream is open: out is sent on it
+	out    []*pb.WatchRequest // requests for the open stream, in order
+	wake   chan struct{}      // one token: out has requests
+	reopen context.CancelFunc // ends the open stream
+}
+
+// NewMux returns the watch multiplexer of the session whose life is life,
+// running its goroutines with run (see Owner.Go); nil if cli's KV or Watcher
+// is wrapped (clientv3/namespace, say): the raw stream would not see the
+// wrapped keys, and each watch then goes through cli.Watch.
+func NewMux(cli *clientv3.Client, life context.Context, run func(f func()) bool) *Mux {
+	if reflect.TypeOf(cli.Watcher) != plainWatcher || reflect.TypeOf(cli.KV) != plainKV {
+		return nil
+	}
+	m := &Mux{cli: cli, life: life, run: run, ws: map[int64]*Watcher{}, wake: make(chan struct{}, 1)}
+	context.AfterFunc(life, m.endAll) // at once, even while the stream waits on the network
+	return m
+}
+
+var (
+	plainWatcher = reflect.TypeOf(clientv3.NewWatchFromWatchClient(nil, nil))
+	plainKV      = reflect.TypeOf(clientv3.NewKVFromKVClient(nil, nil))
+)
+
+// add serves w from now until its context ends; false if the session has
+// ended.
+func (m *Mux) add(w *Watcher) bool {
+	m.start.Do(func() { m.started = m.run(m.serve) })
+	if !m.started {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.life.Err() != nil {
+		return false // endAll may have run already: it would miss w
+	}
+	m.nextID++
+	w.id = m.nextID
+	m.ws[w.id] = w
+	m.send(create(w))
+	context.AfterFunc(w.ctx, func() { m.remove(w) })
+	return true
+}
+
+// remove stops serving w, whose context has ended.
+func (m *Mux) remove(w *Watcher) {
+	m.mu.Lock()
+	delete(m.ws, w.id)
+	m.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
+		CancelRequest: &pb.WatchCancelRequest{WatchId: w.id}}})
+	m.mu.Unlock()
+	w.finish()
+}
+
+// endAll ends every watch with the session's cause.
+func (m *Mux) endAll() {
+	m.mu.Lock()
+	ws := make([]*Watcher, 0, len(m.ws))
+	for _, w := range m.ws {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	for _, w := range ws {
+		w.cancel(context.Cause(m.life))
+	}
+}
+
+// send queues r for the open stream; with none open, the next stream sends
+// a create for every live watch. Called with mu held.
+func (m *Mux) send(r *pb.WatchRequest) {
+	if !m.live {
+		return
+	}
+	m.out = append(m.out, r)
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+func create(w *Watcher) *pb.WatchRequest {
+	return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
+		CreateRequest: &pb.WatchCreateRequest{Key: []byte(w.o.Key), WatchId: w.id}}}
+}
+
+// serve keeps a stream open while the session lives.
+func (m *Mux) serve() {
+	for m.life.Err() == nil {
+		m.stream()
+		pause(m.life, retryDelay)
+	}
+}
+
+// stream opens a stream, creates every live watch on it, and routes its
+// responses until it breaks.
+func (m *Mux) stream() {
+	// Require a leader, as each clientv3 watch did: a member cut off from
+	// the others ends the stream instead of going silent.
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(m.life))
+	defer cancel()
+	s, err := pb.NewWatchClient(m.cli.ActiveConnection()).Watch(ctx)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	m.gen++
+	m.live, m.reopen, m.out = true, cancel, m.out[:0]
+	for _, w := range m.ws {
+		m.send(create(w))
+	}
+	m.mu.Unlock()
+	sent := make(chan struct{})
+	if !m.run(func() { defer close(sent); m.sender(ctx, cancel, s) }) {
+		close(sent)
+	}
+	defer func() {
+		cancel()
+		<-sent
+		m.mu.Lock()
+		m.live, m.reopen, m.out = false, nil, nil
+		m.mu.Unlock()
+	}()
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			return
+		}
+		m.route(resp)
+	}
+}
+
+// sender writes the queued requests to s until ctx ends or a write fails
+// (which ends the stream: the reader then sees it broken).
+func (m *Mux) sender(ctx context.Context, fail context.CancelFunc, s pb.Watch_WatchClient) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.wake:
+		}
+		m.mu.Lock()
+		out := m.out
+		m.out = nil
+		m.mu.Unlock()
+		for _, r := range out {
+			if s.Send(r) != nil {
+				fail()
+				return
+			}
+		}
+	}
+}
+
+// route hands one response to its watch. Anything that can wait on the
+// network (the arming read, the lease read of a loss) runs in a goroutine of
+// its own, so that one slow read never delays another watch's loss.
+func (m *Mux) route(resp *pb.WatchResponse) {
+	m.mu.Lock()
+	w := m.ws[resp.WatchId]
+	gen := m.gen
+	m.mu.Unlock()
+	switch {
+	case w == nil || w.ctx.Err() != nil:
+		// Removed: its cancel is queued.
+	case resp.Canceled:
+		m.retry(w, gen, resp.CancelReason)
+	case resp.Created:
+		if resp.Header.Revision == w.o.Rev {
+			w.markArmed() // nothing happened since the key was created
+			return
+		}
+		m.run(w.check)
+	default:
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision < w.o.Rev {
+				continue // an earlier life of the key, from a member that lags
+			}
+			if ev.Type == mvccpb.DELETE || ev.Kv.CreateRevision != w.o.Rev {
+				m.run(func() { w.o.Owners.Lost(w.o.Key, w.o.Rev, w.goneCause((*clientv3.Event)(ev))) })
+				return
+			}
+		}
+	}
+}
+
+// retry creates w again after the server cancelled it: at once on a new
+// stream when the stream's auth token is the reason (a new stream gets a new
+// token), else on this one after a pause.
+func (m *Mux) retry(w *Watcher, gen int, reason string) {
+	if strings.Contains(reason, rpctypes.ErrGRPCInvalidAuthToken.Error()) ||
+		strings.Contains(reason, rpctypes.ErrGRPCAuthOldRevision.Error()) {
+		m.mu.Lock()
+		if m.gen == gen && m.reopen != nil {
+			m.reopen()
+		}
+		m.mu.Unlock()
+		return
+	}
+	time.AfterFunc(retryDelay, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.gen == gen && m.ws[w.id] == w {
+			m.send(create(w))
+		}
+	})
+}
+
+// Watches returns the number of watches m serves.
+func (m *Mux) Watches() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ws)
+}
