@@ -32,11 +32,11 @@ type Owner interface {
 // after it returns is seen within one watch round trip; if ownership is
 // already lost, the returned context is already done. A compacted or broken
 // watch is resumed from a fresh read of the key and never ends a valid hold.
-// Watches of one client share its watch stream, and every hold of a session
-// shares the session's single keepalive.
+// Watches of one session share its one watch stream and its goroutine, and
+// every hold of a session shares the session's single keepalive.
 //
-// The returned CancelFunc ends the watch and returns once its goroutine has
-// exited; call it when the work is done.
+// The returned CancelFunc ends the watch and returns once it has ended; call
+// it when the work is done.
 func Watch(ctx context.Context, o Owner) (context.Context, context.CancelFunc) {
 	l, err := check(ctx, o)
 	if err != nil {
