@@ -24,6 +24,7 @@ type harness struct {
 	store  string   // the store's URL; for the group workload, the group
 	helper string   // the helper subprocess workers run: "worker" unless set
 	extra  []func() // faults of a workload's own, besides the common ones
+	sample func(proc string, s procSample) // takes the subprocesses' resource samples (soak); nil: dropped
 	events chan event
 	rng    *rand.Rand
 	faults map[string]int
@@ -97,6 +98,8 @@ func (h *harness) subprocess(name string) {
 		for line := range p.Lines() {
 			if e, ok := parseEvent(line); ok {
 				h.events <- e
+			} else if s, ok := parseSample(line); ok && h.sample != nil {
+				h.sample(name, s)
 			}
 		}
 	})
@@ -111,6 +114,11 @@ func (h *harness) faultLoop(ctx context.Context, hist *history, done func() bool
 		pause(ctx, time.Duration(300+h.rng.IntN(700))*time.Millisecond)
 		kinds[h.rng.IntN(len(kinds))]()
 	}
+	h.settle()
+}
+
+// settle waits for the faults under way to end.
+func (h *harness) settle() {
 	h.mu.Lock()
 	ends := h.done
 	h.mu.Unlock()

@@ -90,6 +90,9 @@ func asHelper(endpoints []string, f func(ctx context.Context, cli *clientv3.Clie
 		os.Stdin.Read(make([]byte, 1))
 		cancel()
 	}()
+	if every, err := time.ParseDuration(os.Getenv(soakEveryEnv)); err == nil {
+		go printSamples(ctx, every)
+	}
 	f(ctx, cli)
 	return 0
 }

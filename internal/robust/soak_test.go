@@ -1,0 +1,474 @@
+package robust_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/keyspace"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The soak: the lock workload (locks, guarded increments, fenced writes to a
+// store) and the group workload (RunGroup replicas with ranks and weights,
+// guarded increments per name) together on one cluster, under the suite's
+// fault mix on both and leader transfers, for LEASEHOLD_SOAK (a duration:
+// "1h"; CI runs "2m"). Every LEASEHOLD_SOAK_EVERY (1m; a twelfth of the
+// length when shorter) each worker subprocess reports its goroutines and live
+// heap, and the test its own and the cluster's keys, leases, watchers and
+// watch streams. Checks: both workloads' violations, none; no judged series
+// grows over the last half; once the workers stop, no key and no lease is
+// left. LEASEHOLD_SOAK_SVG names the plot's file (else one in a temp dir).
+const (
+	soakEnv      = "LEASEHOLD_SOAK"
+	soakEveryEnv = "LEASEHOLD_SOAK_EVERY"
+	soakSVGEnv   = "LEASEHOLD_SOAK_SVG"
+)
+
+func TestSoak(t *testing.T) {
+	length, err := time.ParseDuration(os.Getenv(soakEnv))
+	if err != nil {
+		t.Skipf("%s unset or not a duration: the soak runs only when asked", soakEnv)
+	}
+	every := min(time.Minute, length/12)
+	if e, err := time.ParseDuration(os.Getenv(soakEveryEnv)); err == nil {
+		every = e
+	}
+	t.Setenv(soakEveryEnv, every.String()) // the worker subprocesses sample too
+	c := fencingtest.Three(t)
+	st := &store{enforce: true}
+	srv := httptest.NewServer(st)
+	t.Cleanup(srv.Close)
+	hist := watchHistory(t, c, "")
+	lock := newHarness(t, c, "leasehold", srv.URL)
+	group := newHarness(t, c, "group", groupName)
+	group.helper = "group-worker"
+	sm := &soakSamples{procs: map[string]procSample{}}
+	lock.sample, group.sample = sm.from("lock"), sm.from("group")
+	lock.extra = []func(){group.blackhole, group.sigstop, group.sigkill, group.deleteLeader, group.deleteMember,
+		lock.moveLeader}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range 3 {
+		lock.inProcess(ctx, &wg, fmt.Sprint("w", i))
+	}
+	for i := range 2 {
+		name := fmt.Sprint("g", i)
+		cli := group.proxied(name)
+		wg.Go(func() { groupWorker(ctx, name, cli, func(e event) { group.events <- e }) })
+	}
+	for i := range 2 {
+		lock.subprocess(fmt.Sprint("p", i))
+		group.subprocess(fmt.Sprint("q", i))
+	}
+	lockEvents, groupEvents := lock.collect(), group.collect()
+	start := time.Now()
+	sampling := make(chan struct{})
+	go func() {
+		defer close(sampling)
+		sm.run(ctx, t, c, start, every)
+	}()
+	lock.faultLoop(ctx, hist, func() bool { return time.Since(start) > length })
+	group.settle()
+	group.mu.Lock()
+	live := 2 + len(group.procs)
+	group.mu.Unlock()
+	waitGroupBalanced(t, c, live)
+	cancel()
+	<-sampling
+	lock.stopAll()
+	group.stopAll()
+	wg.Wait()
+
+	raw := hist.events(t, c)
+	r := &run{impl: "leasehold", events: lockEvents(), faults: lock.faults, duration: time.Since(start),
+		keys: livesUnder(raw, keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), lockName))}
+	r.counter = counterValue(t, c)
+	st.mu.Lock()
+	r.store, r.stale = st.accepted, st.stale
+	st.mu.Unlock()
+	r.owners = len(r.ownerChanges())
+	r.log(t)
+	gev := groupEvents()
+	acked := 0
+	for _, e := range gev {
+		if e.kind == "write" && e.outcome == "ok" {
+			acked++
+		}
+	}
+	t.Logf("group: %d acknowledged increments, faults %v", acked, group.faults)
+	if r.owners < 5 || acked < groupNames {
+		t.Errorf("%d lock owners, %d group increments: a workload did not run", r.owners, acked)
+	}
+	for _, v := range append(r.violations(), groupViolations(raw, gev)...) {
+		t.Error(v)
+	}
+	sm.report(t)
+	for _, g := range sm.growing() {
+		t.Error(g)
+	}
+	fencingtest.WaitFor(t, time.Minute, "every key and lease of the workers to go", func() bool {
+		keys, leases, err := keysAndLeases(t.Context(), c)
+		return err == nil && keys == 0 && leases == 0
+	})
+}
+
+// moveLeader moves etcd's leadership to another member, as an operator
+// does before maintenance.
+func (h *harness) moveLeader() {
+	h.mu.Lock()
+	busy := h.busy["members"] // a member is down: a transfer may find no target
+	h.mu.Unlock()
+	if !busy {
+		h.c.MoveLeader(h.t)
+		h.count("move-leader")
+	}
+}
+
+// livesUnder returns the lives of the keys under prefix in raw.
+func livesUnder(raw []*clientv3.Event, prefix string) []*keyLife {
+	var lives []*keyLife
+	live := map[string]*keyLife{}
+	for _, ev := range raw {
+		k := string(ev.Kv.Key)
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		if ev.Type == clientv3.EventTypePut && ev.IsCreate() {
+			l := &keyLife{created: ev.Kv.CreateRevision}
+			lives = append(lives, l)
+			live[k] = l
+		} else if ev.Type == clientv3.EventTypeDelete && live[k] != nil {
+			live[k].deleted = ev.Kv.ModRevision
+			delete(live, k)
+		}
+	}
+	return lives
+}
+
+func counterValue(t *testing.T, c *fencingtest.Cluster) int64 {
+	resp, err := c.Admin.Get(t.Context(), counterKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	return n
+}
+
+// keysAndLeases counts the library's keys (under its default root) and
+// every lease in etcd.
+func keysAndLeases(ctx context.Context, c *fencingtest.Cluster) (keys, leases int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.Admin.Get(ctx, fencing.DefaultRoot, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, 0, err
+	}
+	ls, err := c.Admin.Leases(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	return resp.Count, int64(len(ls.Leases)), nil
+}
+
+// procSample is what a process reports of itself.
+type procSample struct {
+	goroutines int
+	heap       uint64 // bytes live after a GC
+	at         time.Time
+}
+
+func sampleSelf() procSample {
+	runtime.GC() // the live heap, not the garbage of the last minute
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return procSample{goroutines: runtime.NumGoroutine(), heap: ms.HeapAlloc, at: time.Now()}
+}
+
+// printSamples prints the process's sample every period until ctx ends, for
+// the harness to read from the subprocess's output.
+func printSamples(ctx context.Context, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s := sampleSelf()
+			fmt.Printf("sample %d %d\n", s.goroutines, s.heap)
+		}
+	}
+}
+
+func parseSample(line string) (procSample, bool) {
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0] != "sample" {
+		return procSample{}, false
+	}
+	g, err1 := strconv.Atoi(f[1])
+	h, err2 := strconv.ParseUint(f[2], 10, 64)
+	return procSample{goroutines: g, heap: h, at: time.Now()}, err1 == nil && err2 == nil
+}
+
+// soakSeries names the series, in the order of the table and the plot;
+// judged ones must not grow. The test process hosts the three etcd members,
+// whose restarts move its counts: it is shown, not judged; so are watch
+// streams, which come and go with the members' restarts.
+var soakSeries = []struct {
+	name   string
+	judged bool
+	floor  float64 // growth below this is noise, whatever the fit says
+}{
+	{"lock worker goroutines", true, 10},
+	{"lock worker heap MiB", true, 2},
+	{"group replica goroutines", true, 10},
+	{"group replica heap MiB", true, 2},
+	{"test process goroutines", false, 0},
+	{"test process heap MiB", false, 0},
+	{"keys", true, 10},
+	{"leases", true, 4},
+	{"watchers", true, 10},
+	{"watch streams", false, 0},
+}
+
+// soakSamples collects the series: one row per period.
+type soakSamples struct {
+	mu    sync.Mutex
+	procs map[string]procSample // guarded by mu: the latest sample of each worker subprocess, by role/name
+	at    []float64             // seconds since the start
+	rows  [][]float64           // one value per soakSeries entry
+}
+
+// from takes the samples of one harness's subprocesses.
+func (sm *soakSamples) from(role string) func(string, procSample) {
+	return func(proc string, s procSample) {
+		sm.mu.Lock()
+		defer sm.mu.Unlock()
+		sm.procs[role+"/"+proc] = s
+	}
+}
+
+// run samples every period until ctx ends.
+func (sm *soakSamples) run(ctx context.Context, t *testing.T, c *fencingtest.Cluster, start time.Time, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		self := sampleSelf()
+		keys, leases, err := keysAndLeases(ctx, c)
+		if err != nil {
+			continue // a member down and the admin's request timed out: skip the row
+		}
+		watchers, streams := watchGauges(c)
+		sm.mu.Lock()
+		lg, lh := sm.mean("lock/", self.at, 2*every)
+		gg, gh := sm.mean("group/", self.at, 2*every)
+		sm.at = append(sm.at, time.Since(start).Seconds())
+		sm.rows = append(sm.rows, []float64{lg, lh, gg, gh, float64(self.goroutines), mib(self.heap),
+			float64(keys), float64(leases), watchers, streams})
+		sm.mu.Unlock()
+	}
+}
+
+// mean returns the mean goroutines and heap (MiB) of the subprocesses of
+// role that reported within fresh of now: killed or paused ones drop out.
+// Called with mu held.
+func (sm *soakSamples) mean(role string, now time.Time, fresh time.Duration) (goroutines, heap float64) {
+	n := 0
+	for name, s := range sm.procs {
+		if strings.HasPrefix(name, role) && now.Sub(s.at) < fresh {
+			goroutines += float64(s.goroutines)
+			heap += mib(s.heap)
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return goroutines / float64(n), heap / float64(n)
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// watchGauges reads etcd's watcher and watch-stream gauges from a running
+// member's /metrics. The gauges are process-wide: the three members' sum.
+func watchGauges(c *fencingtest.Cluster) (watchers, streams float64) {
+	watchers, streams = math.NaN(), math.NaN()
+	for _, m := range c.Members {
+		if !m.Running() {
+			continue
+		}
+		cli := http.Client{Timeout: 5 * time.Second}
+		resp, err := cli.Get(m.ClientURL.String() + "/metrics")
+		if err != nil {
+			continue
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) != 2 {
+				continue
+			}
+			v, err := strconv.ParseFloat(f[1], 64)
+			switch {
+			case err != nil:
+			case f[0] == "etcd_debugging_mvcc_watcher_total":
+				watchers = v
+			case f[0] == "etcd_debugging_mvcc_watch_stream_total":
+				streams = v
+			}
+		}
+		return watchers, streams
+	}
+	return watchers, streams
+}
+
+// growing names each judged series whose fitted slope over the last half of
+// the run grows by more than its noise: three standard deviations of the
+// fit's residuals, a tenth of its mean, or its floor, whichever is largest.
+func (sm *soakSamples) growing() []string {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	var out []string
+	if len(sm.rows) < 4 {
+		return []string{fmt.Sprintf("only %d samples: too few to tell a trend", len(sm.rows))}
+	}
+	half := len(sm.rows) / 2
+	for i, s := range soakSeries {
+		if !s.judged {
+			continue
+		}
+		var xs, ys []float64
+		for j := half; j < len(sm.rows); j++ {
+			if v := sm.rows[j][i]; !math.IsNaN(v) {
+				xs, ys = append(xs, sm.at[j]), append(ys, v)
+			}
+		}
+		if len(xs) < 3 {
+			continue
+		}
+		slope, mean, sd := fit(xs, ys)
+		growth := slope * (xs[len(xs)-1] - xs[0])
+		if noise := max(3*sd, mean/10, s.floor); growth > noise {
+			out = append(out, fmt.Sprintf("%s grows over the last half: %+.1f (noise %.1f, mean %.1f)", s.name, growth, noise, mean))
+		}
+	}
+	return out
+}
+
+// fit returns the least-squares slope of ys over xs, the mean of ys and the
+// standard deviation of the residuals.
+func fit(xs, ys []float64) (slope, mean, sd float64) {
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx, sy, sxx, sxy = sx+xs[i], sy+ys[i], sxx+xs[i]*xs[i], sxy+xs[i]*ys[i]
+	}
+	if d := n*sxx - sx*sx; d != 0 {
+		slope = (n*sxy - sx*sy) / d
+	}
+	mean = sy / n
+	icept := (sy - slope*sx) / n
+	var ss float64
+	for i := range xs {
+		r := ys[i] - (icept + slope*xs[i])
+		ss += r * r
+	}
+	return slope, mean, math.Sqrt(ss / n)
+}
+
+// report logs the samples as a table and writes the plot.
+func (sm *soakSamples) report(t *testing.T) {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("| min |")
+	for _, s := range soakSeries {
+		b.WriteString(" " + s.name + " |")
+	}
+	b.WriteString("\n|" + strings.Repeat(" --- |", len(soakSeries)+1) + "\n")
+	for j, row := range sm.rows {
+		fmt.Fprintf(&b, "| %.1f |", sm.at[j]/60)
+		for _, v := range row {
+			fmt.Fprintf(&b, " %.1f |", v)
+		}
+		b.WriteString("\n")
+	}
+	t.Logf("soak samples:\n%s", b.String())
+	path := os.Getenv(soakSVGEnv)
+	if path == "" {
+		path = t.TempDir() + "/soak.svg"
+	}
+	if err := os.WriteFile(path, []byte(plot(sm.at, sm.rows)), 0o644); err != nil {
+		t.Errorf("writing the plot: %v", err)
+		return
+	}
+	t.Logf("plot written to %s", path)
+}
+
+// plot draws each series in a panel of its own, over minutes, as an SVG.
+func plot(at []float64, rows [][]float64) string {
+	const w, h, cols, pad = 420, 160, 2, 40
+	rowsN := (len(soakSeries) + cols - 1) / cols
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", w*cols, h*rowsN)
+	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
+	tmax := 1.0
+	if len(at) > 0 {
+		tmax = max(at[len(at)-1], 1)
+	}
+	for i, s := range soakSeries {
+		x0, y0 := float64(i%cols*w+pad), float64(i/cols*h+20)
+		pw, ph := float64(w-pad-10), float64(h-pad-10)
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, r := range rows {
+			if !math.IsNaN(r[i]) {
+				lo, hi = min(lo, r[i]), max(hi, r[i])
+			}
+		}
+		if math.IsInf(lo, 1) {
+			lo, hi = 0, 1
+		}
+		lo = min(lo, 0)
+		if hi <= lo {
+			hi = lo + 1
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%s</text>`+"\n", x0, y0-6, s.name)
+		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", x0, y0, pw, ph)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.4g</text>`+"\n", x0-3, y0+8, hi)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.4g</text>`+"\n", x0-3, y0+ph, lo)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f min</text>`+"\n", x0+pw, y0+ph+13, tmax/60)
+		var pts []string
+		for j, r := range rows {
+			if math.IsNaN(r[i]) {
+				continue
+			}
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x0+pw*at[j]/tmax, y0+ph-ph*(r[i]-lo)/(hi-lo)))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="%s"/>`+"\n", strings.Join(pts, " "))
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
