@@ -21,9 +21,9 @@ type harness struct {
 	t      *testing.T
 	c      *fencingtest.Cluster
 	impl   string
-	store  string   // the store's URL; for the group workload, the group
-	helper string   // the helper subprocess workers run: "worker" unless set
-	extra  []func() // faults of a workload's own, besides the common ones
+	store  string                          // the store's URL; for the group workload, the group
+	helper string                          // the helper subprocess workers run: "worker" unless set
+	extra  []func()                        // faults of a workload's own, besides the common ones
 	sample func(proc string, s procSample) // takes the subprocesses' resource samples (soak); nil: dropped
 	events chan event
 	rng    *rand.Rand
