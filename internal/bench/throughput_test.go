@@ -25,21 +25,16 @@ import (
 //
 //	go test ./internal/bench -run '^$' -bench Throughput -benchtime 1x
 func BenchmarkThroughput(b *testing.B) {
-	window := 2 * time.Second
-	if env := os.Getenv("LEASEHOLD_THROUGHPUT_WINDOW"); env != "" {
-		d, err := time.ParseDuration(env)
-		if err != nil {
-			b.Fatal(err)
-		}
-		window = d
-	}
+	window := throughputWindow(b)
 	c := cluster(b)
 	for _, names := range []int{1, 100, 10000} {
 		for _, sessions := range []int{1, 16, 64} {
 			for _, impl := range []string{"ceiling", "leasehold", "concurrency"} {
 				b.Run(fmt.Sprintf("names=%d/sessions=%d/%s", names, sessions, impl), func(b *testing.B) {
 					for range b.N {
-						b.ReportMetric(throughput(b, c, impl, names, sessions, window), "cycles/s")
+						b.ReportMetric(rate(b, c, names, sessions, window, func(cli *clientv3.Client, run string, i int) cycler {
+							return newCycler(b, impl, cli, run, i)
+						}), "cycles/s")
 					}
 				})
 			}
@@ -50,7 +45,24 @@ func BenchmarkThroughput(b *testing.B) {
 // cycler runs one cycle on name: a Lock and its Unlock, or a Put and a Delete.
 type cycler func(ctx context.Context, name string) error
 
-func throughput(b *testing.B, c *fencingtest.Cluster, impl string, names, sessions int, window time.Duration) float64 {
+// throughputWindow is LEASEHOLD_THROUGHPUT_WINDOW, or 2 s.
+func throughputWindow(b *testing.B) time.Duration {
+	env := os.Getenv("LEASEHOLD_THROUGHPUT_WINDOW")
+	if env == "" {
+		return 2 * time.Second
+	}
+	d, err := time.ParseDuration(env)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// rate runs sessions workers made by worker (spread over up to 8 clients)
+// for window, after a warm-up, and returns their aggregate cycles per
+// second; worker i cycles over names i, i+sessions, … of names.
+func rate(b *testing.B, c *fencingtest.Cluster, names, sessions int, window time.Duration,
+	worker func(cli *clientv3.Client, run string, i int) cycler) float64 {
 	clis := make([]*clientv3.Client, min(sessions, 8))
 	for i := range clis {
 		clis[i] = c.Client(b)
@@ -58,7 +70,7 @@ func throughput(b *testing.B, c *fencingtest.Cluster, impl string, names, sessio
 	run := fmt.Sprintf("tp-%d/", time.Now().UnixNano()) // no history of earlier cells
 	workers := make([]cycler, sessions)
 	for i := range workers {
-		workers[i] = newCycler(b, impl, clis[i%len(clis)], run, i)
+		workers[i] = worker(clis[i%len(clis)], run, i)
 	}
 	var cycles atomic.Int64
 	var counting atomic.Bool
@@ -86,11 +98,11 @@ func throughput(b *testing.B, c *fencingtest.Cluster, impl string, names, sessio
 	counting.Store(true)
 	start := time.Now()
 	time.Sleep(window)
-	n := cycles.Load()
+	done := cycles.Load()
 	elapsed := time.Since(start)
 	stop()
 	wg.Wait()
-	return float64(n) / elapsed.Seconds()
+	return float64(done) / elapsed.Seconds()
 }
 
 func newCycler(b *testing.B, impl string, cli *clientv3.Client, run string, i int) cycler {
