@@ -9,9 +9,11 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
@@ -22,8 +24,9 @@ import (
 // BenchmarkHoldCost measures what holds and waiters cost the process that
 // has them, in a subprocess so that the embedded etcd is not counted: n
 // holds on one session, each with its watched context (Hold.Context), or n
-// Lock calls waiting on n names another process holds. It reports, per
-// hold or waiter, the heap in use, the goroutine stacks and the
+// Lock calls waiting on n names another process holds, or one
+// election.RunGroup replica leading n names alone (each work with its
+// watched context). It reports, per hold, waiter or led name, the heap in use, the goroutine stacks and the
 // goroutines (a waiter's own goroutine, the caller's, included), and the
 // gRPC watch streams of the process. LEASEHOLD_HOLDS sets n (default
 // 1000,10000; 100000 takes minutes). LEASEHOLD_COST_PROFILE=path writes the
@@ -43,7 +46,7 @@ func BenchmarkHoldCost(b *testing.B) {
 		}
 	}
 	c := cluster(b)
-	for _, mode := range []string{"hold", "wait"} {
+	for _, mode := range []string{"hold", "wait", "group"} {
 		for _, n := range sizes {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				for range b.N {
@@ -125,23 +128,11 @@ func costHelper(args []string) int {
 	report()
 	var line string
 	fmt.Scanln(&line)
-	watches := ctr.Requests("Watch")
-	for i := range n {
-		m, _ := fencing.NewMutex(s, fmt.Sprint(args[3], i))
-		if args[1] == "wait" {
-			go m.Lock(ctx) // waits for as long as the process lives
-			continue
-		}
-		h, err := m.TryLock(ctx)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		h.Context() // the hold's watch: what ends the context on a loss
-	}
-	// Each hold and each waiter has its watch once the last is created.
-	for ctr.Requests("Watch") < watches+n {
-		time.Sleep(10 * time.Millisecond)
+	if args[1] == "group" {
+		leadAll(ctx, cli, args[3], n)
+	} else if err := holdOrWait(ctx, s, &ctr, args[1] == "wait", args[3], n); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	if path := os.Getenv("LEASEHOLD_COST_PROFILE"); path != "" {
 		writeProfiles(path) // before the report: the benchmark ends the process after it
@@ -150,6 +141,47 @@ func costHelper(args []string) int {
 	fmt.Scanln(&line)
 	s.Close(ctx)
 	return 0
+}
+
+// holdOrWait takes n holds, each with its watched context, or starts n
+// waiters, on s, and returns once each has its watch.
+func holdOrWait(ctx context.Context, s *fencing.Session, ctr *etcdtest.Counter, wait bool, prefix string, n int) error {
+	watches := ctr.Requests("Watch")
+	for i := range n {
+		m, _ := fencing.NewMutex(s, fmt.Sprint(prefix, i))
+		if wait {
+			go m.Lock(ctx) // waits for as long as the process lives
+			continue
+		}
+		h, err := m.TryLock(ctx)
+		if err != nil {
+			return err
+		}
+		h.Context() // the hold's watch: what ends the context on a loss
+	}
+	for ctr.Requests("Watch") < watches+n {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// leadAll runs one election.RunGroup replica for the n names prefix0 …
+// prefix<n-1>, alone, so that it leads them all, each work with its watched
+// context, and returns once every work has started.
+func leadAll(ctx context.Context, cli *clientv3.Client, prefix string, n int) {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprint(prefix, i)
+	}
+	var started atomic.Int64
+	go election.RunGroup(ctx, cli, strings.TrimSuffix(prefix, "/"), names, func(ctx context.Context, _ *election.Term) error {
+		started.Add(1) // ctx is the term's watched context
+		<-ctx.Done()
+		return nil
+	}, election.WithSessionOptions(fencing.WithTTL(30*time.Second)))
+	for started.Load() < int64(n) {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // writeProfiles writes the heap and goroutine profiles to path.heap and
