@@ -78,7 +78,7 @@ func TestSoak(t *testing.T) {
 	sampling := make(chan struct{})
 	go func() {
 		defer close(sampling)
-		sm.run(ctx, t, c, start, every)
+		sm.run(ctx, c, start, every)
 	}()
 	lock.faultLoop(ctx, hist, func() bool { return time.Since(start) > length })
 	group.settle()
@@ -203,6 +203,14 @@ func sampleSelf() procSample {
 // printSamples prints the process's sample every period until ctx ends, for
 // the harness to read from the subprocess's output.
 func printSamples(ctx context.Context, every time.Duration) {
+	ticks(ctx, every, func() {
+		s := sampleSelf()
+		fmt.Printf("sample %d %d\n", s.goroutines, s.heap)
+	})
+}
+
+// ticks calls f every period until ctx ends.
+func ticks(ctx context.Context, every time.Duration, f func()) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -210,8 +218,7 @@ func printSamples(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			s := sampleSelf()
-			fmt.Printf("sample %d %d\n", s.goroutines, s.heap)
+			f()
 		}
 	}
 }
@@ -265,29 +272,25 @@ func (sm *soakSamples) from(role string) func(string, procSample) {
 }
 
 // run samples every period until ctx ends.
-func (sm *soakSamples) run(ctx context.Context, t *testing.T, c *fencingtest.Cluster, start time.Time, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		self := sampleSelf()
-		keys, leases, err := keysAndLeases(ctx, c)
-		if err != nil {
-			continue // a member down and the admin's request timed out: skip the row
-		}
-		watchers, streams := watchGauges(c)
-		sm.mu.Lock()
-		lg, lh := sm.mean("lock/", self.at, 2*every)
-		gg, gh := sm.mean("group/", self.at, 2*every)
-		sm.at = append(sm.at, time.Since(start).Seconds())
-		sm.rows = append(sm.rows, []float64{lg, lh, gg, gh, float64(self.goroutines), mib(self.heap),
-			float64(keys), float64(leases), watchers, streams})
-		sm.mu.Unlock()
+func (sm *soakSamples) run(ctx context.Context, c *fencingtest.Cluster, start time.Time, every time.Duration) {
+	ticks(ctx, every, func() { sm.row(ctx, c, start, every) })
+}
+
+// row takes one sample of every series.
+func (sm *soakSamples) row(ctx context.Context, c *fencingtest.Cluster, start time.Time, every time.Duration) {
+	self := sampleSelf()
+	keys, leases, err := keysAndLeases(ctx, c)
+	if err != nil {
+		return // a member down and the admin's request timed out: skip the row
 	}
+	watchers, streams := watchGauges(c)
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	lg, lh := sm.mean("lock/", self.at, 2*every)
+	gg, gh := sm.mean("group/", self.at, 2*every)
+	sm.at = append(sm.at, time.Since(start).Seconds())
+	sm.rows = append(sm.rows, []float64{lg, lh, gg, gh, float64(self.goroutines), mib(self.heap),
+		float64(keys), float64(leases), watchers, streams})
 }
 
 // mean returns the mean goroutines and heap (MiB) of the subprocesses of
