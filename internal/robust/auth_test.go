@@ -32,11 +32,18 @@ func TestAuthLimitedToPrefixes(t *testing.T) {
 	if _, err := guard.Put(ctx, h, "app/state", "1"); err != nil {
 		t.Fatalf("guarded Put: %v", err)
 	}
-	if h.Context().Err() != nil {
-		t.Fatalf("watched hold ended: %v", context.Cause(h.Context()))
+	// Armed: the session's watch stream carries svc's token (a watch
+	// created without it is refused, and never arms).
+	wctx, stop := guard.Watch(ctx, h)
+	defer stop()
+	if wctx.Err() != nil {
+		t.Fatalf("watched hold ended: %v", context.Cause(wctx))
 	}
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
+	}
+	if cause := fencingtest.Ended(t, wctx, time.Minute, "the watch after Unlock"); !errors.Is(cause, fencing.ErrNotHeld) {
+		t.Fatalf("cause %v, want ErrNotHeld", cause)
 	}
 	e, _ := election.New(s, "api")
 	obs := e.Observe(ctx)
