@@ -203,7 +203,9 @@ func sampleSelf() procSample {
 // printSamples prints the process's sample every period until ctx ends, for
 // the harness to read from the subprocess's output.
 func printSamples(ctx context.Context, every time.Duration) {
-	ticks(ctx, every, func() {
+	// A worker the faults kill lives ~20 s: sample it four times a period,
+	// or most rows would have no fresh sample of it.
+	ticks(ctx, every/4, func() {
 		s := sampleSelf()
 		fmt.Printf("sample %d %d\n", s.goroutines, s.heap)
 	})
