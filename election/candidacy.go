@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/internal/prefer"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -142,9 +143,23 @@ func (c *candidacy) preemption() error {
 	return fmt.Errorf("%w: %q (priority %v) ranks above %v", ErrPreempted, r.ID, r.Priority, c.self.Priority)
 }
 
-// refresh reads every record again: a term just won is checked against
-// records written before the win that the watch may not have delivered yet.
-func (c *candidacy) refresh(ctx context.Context) error { return c.read(ctx, false) }
+// readRecords is the read of every record that a campaign makes in the txn
+// that finds it leads (revqueue.Queue.Also): a term just won is checked
+// against records written before the win that the watch may not have
+// delivered yet, with no request of its own.
+func (c *candidacy) readRecords() clientv3.Op { return clientv3.OpGet(c.prefix, clientv3.WithPrefix()) }
+
+// refresh takes into the view the records read along with the win (resps,
+// at rev), or reads them again if the win came without them.
+func (c *candidacy) refresh(ctx context.Context, resps []*etcdserverpb.ResponseOp, rev int64) error {
+	if len(resps) == 1 {
+		if rr := resps[0].GetResponseRange(); rr != nil {
+			c.replace(rr.Kvs, rev)
+			return nil
+		}
+	}
+	return c.read(ctx, false)
+}
 
 // read replaces the view with a fresh read, after writing this replica's
 // record in the same txn when put is set; the watch's events up to the

@@ -319,6 +319,7 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 // then campaigns while that holds. A term won just as a preferred candidate
 // appeared is resigned before any work starts.
 func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error) {
+	e.q.Also = []clientv3.Op{r.cand.readRecords()}
 	for {
 		if err := r.untilPreferred(ctx); err != nil {
 			return nil, err
@@ -334,7 +335,9 @@ func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error)
 		case err != nil:
 			return nil, err
 		}
-		if err := r.cand.refresh(ctx); err != nil {
+		seen, rev := t.seen, t.seenRev
+		t.seen = nil
+		if err := r.cand.refresh(ctx, seen, rev); err != nil {
 			r.giveWay(ctx, t, err)
 			return nil, err
 		}

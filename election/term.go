@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ownership"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -25,6 +26,11 @@ type Term struct {
 
 	value  atomic.Pointer[string] // the last value written: read without the lock, which Proclaim holds over a request
 	modRev int64                  // guarded by own's Lock: the key's last write this term knows of
+
+	// The results of the Election's queue's Also, read with the win at
+	// seenRev: for Run's ranked campaign, which takes them at once.
+	seen    []*etcdserverpb.ResponseOp
+	seenRev int64
 }
 
 // errResigned is the cause of a term's contexts after Resign.

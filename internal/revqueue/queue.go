@@ -38,6 +38,11 @@ type Queue struct {
 	KeyDir string
 	// Latency, if set, estimates a request's time, to bound each attempt.
 	Latency *retry.Latency
+	// Also are reads made in the same txn as the one that finds an entry
+	// owns the queue (Enqueue's or Wait's), so at its revision: their
+	// results are the Entry's Also. Only the plain queue's Enqueue and
+	// Wait make them.
+	Also []clientv3.Op
 }
 
 // Entry is one waiter's place in a queue.
@@ -60,6 +65,12 @@ type Entry struct {
 	ahead []target
 	puts  bool // a put on ahead[0] may also let it own: the waiter ahead was admitted
 	fast  bool // the end of any of ahead lets it own: confirm needs only its own key
+
+	// Also are the results of the Queue's Also, read in the txn of the
+	// entry's last read (the one that found it owns, once it does), at
+	// revision AlsoRev.
+	Also    []*etcdserverpb.ResponseOp
+	AlsoRev int64
 }
 
 // target is one life of a key.
@@ -102,14 +113,14 @@ func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.Le
 // confirm placed it, with no keys.
 func (q Queue) put(ctx context.Context, key, value string, lease clientv3.LeaseID, n int64,
 	confirm func(*Entry) func(context.Context, bool) error) (*Entry, *etcdserverpb.RangeResponse, error) {
-	resp, err := q.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
+	resp, err := q.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(append([]clientv3.Op{
 		clientv3.OpPut(key, value, clientv3.WithLease(lease)),
 		// Within a txn, reads see its writes: our key is the newest, so the
 		// n newest keys are ours and those just ahead of it. A sorted range
 		// counts every key before the limit: Count is the queue's length.
 		clientv3.OpGet(q.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(n)),
-	).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+	}, q.Also...)...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -117,14 +128,16 @@ func (q Queue) put(ctx context.Context, key, value string, lease clientv3.LeaseI
 		e, err := q.rejoin(ctx, resp, confirm)
 		return e, nil, err
 	}
-	if err := shape(resp, 2); err != nil {
+	if err := shape(resp, 2+len(q.Also)); err != nil {
 		return nil, nil, err
 	}
 	rr := resp.Responses[1].GetResponseRange()
 	if len(rr.Kvs) == 0 || string(rr.Kvs[0].Key) != key {
 		return nil, nil, fmt.Errorf("revqueue: enqueue %q: own key not newest in queue", key)
 	}
-	return &Entry{Key: key, Rev: rr.Kvs[0].CreateRevision, readRev: resp.Header.Revision}, rr, nil
+	e := &Entry{Key: key, Rev: rr.Kvs[0].CreateRevision, readRev: resp.Header.Revision}
+	e.also(resp, 2)
+	return e, rr, nil
 }
 
 // TryEnqueue writes key only if the queue is empty, in one txn. When it is
@@ -270,30 +283,36 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 	if e.predOwner && !full {
 		// The count makes etcd answer through the leader: a txn of compares
 		// alone is served by any member from its own, maybe lagging, state.
-		resp, err := q.Client.Txn(ctx).If(mine).Then(clientv3.OpGet(e.Key, clientv3.WithCountOnly())).Commit()
+		resp, err := q.Client.Txn(ctx).If(mine).Then(
+			append([]clientv3.Op{clientv3.OpGet(e.Key, clientv3.WithCountOnly())}, q.Also...)...).Commit()
 		if err != nil {
 			return err
 		}
 		if !resp.Succeeded {
 			return gone(e, resp)
 		}
+		if err := shape(resp, 1+len(q.Also)); err != nil {
+			return err
+		}
+		e.also(resp, 1)
 		e.pred, e.predOwner = "", false
 		return nil
 	}
-	resp, err := q.Client.Txn(ctx).If(mine).Then(
+	resp, err := q.Client.Txn(ctx).If(mine).Then(append([]clientv3.Op{
 		clientv3.OpGet(q.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev-1),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
 		clientv3.OpGet(q.Prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
-	).Commit()
+	}, q.Also...)...).Commit()
 	if err != nil {
 		return err
 	}
 	if !resp.Succeeded {
 		return gone(e, resp)
 	}
-	if err := shape(resp, 2); err != nil {
+	if err := shape(resp, 2+len(q.Also)); err != nil {
 		return err
 	}
+	e.also(resp, 2)
 	e.readRev = resp.Header.Revision
 	e.pred, e.predOwner = "", false
 	if pred := first(resp.Responses[0].GetResponseRange().Kvs); pred != nil {
@@ -305,6 +324,12 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 // gone is ErrKeyDeleted for e, found missing by the read resp.
 func gone(e *Entry, resp *clientv3.TxnResponse) error {
 	return fmt.Errorf("%w: %s (created at revision %d) not found at revision %d", ErrKeyDeleted, e.Key, e.Rev, resp.Header.Revision)
+}
+
+// also keeps the results of the Queue's Also, which follow the first n of
+// resp's.
+func (e *Entry) also(resp *clientv3.TxnResponse, n int) {
+	e.Also, e.AlsoRev = resp.Responses[n:], resp.Header.Revision
 }
 
 func (e *Entry) setPred(pred, owner *mvccpb.KeyValue) {

@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/revqueue"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestMain(m *testing.M) { fencingtest.Main(m) }
@@ -84,4 +85,63 @@ func TestWaitReportsDeletedOwnKey(t *testing.T) {
 	if err := q.Wait(cctx, &revqueue.Entry{}, context.Background()); err != nil {
 		t.Fatalf("Wait of an owner = %v; want nil at once", err)
 	}
+}
+
+// The Queue's Also reads come back from the txn that finds an entry owns,
+// whichever found it: the enqueue into an empty queue, the wait's read after
+// the owner went, the enqueue repeated after a lost reply. Each shows the
+// value as of that win, with no request of its own.
+func TestAlsoReadWithTheWin(t *testing.T) {
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, 30*time.Second)
+	g, err := c.Admin.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(v string) int64 {
+		resp, err := c.Admin.Put(ctx, "x", v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	q := revqueue.Queue{Client: c.Admin, Prefix: "q/", Also: []clientv3.Op{clientv3.OpGet("x")}}
+	seen := func(what string, e *revqueue.Entry, want string, rev int64) {
+		t.Helper()
+		if len(e.Also) != 1 || e.Also[0].GetResponseRange() == nil || e.AlsoRev < rev {
+			t.Fatalf("%s: Also %v at %d; want one read at %d or later", what, e.Also, e.AlsoRev, rev)
+		}
+		kvs := e.Also[0].GetResponseRange().Kvs
+		if len(kvs) != 1 || string(kvs[0].Value) != want {
+			t.Fatalf("%s: read x = %v; want %q", what, kvs, want)
+		}
+	}
+	rev := put("1")
+	a, err := q.Enqueue(ctx, "q/a", "v", g.ID)
+	if err != nil || !a.Owner() {
+		t.Fatalf("Enqueue a = %v, owner %v", err, a != nil && a.Owner())
+	}
+	seen("enqueue into an empty queue", a, "1", rev)
+	if _, err := q.Enqueue(ctx, "q/b", "v", g.ID); err != nil {
+		t.Fatal(err)
+	}
+	e, err := q.Enqueue(ctx, "q/c", "v", g.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.Wait(ctx, e, context.Background()) }()
+	c.Delete(t, "q/b") // c's full read: a still owns
+	rev = put("2")
+	c.Delete(t, "q/a") // c's short read after the owner went
+	if err := <-done; err != nil || !e.Owner() {
+		t.Fatalf("Wait = %v, owner %v; want ownership", err, e.Owner())
+	}
+	seen("wait", e, "2", rev)
+	rev = put("3")
+	again, err := q.Enqueue(ctx, "q/c", "v", g.ID)
+	if err != nil || !again.Owner() {
+		t.Fatalf("repeated Enqueue of c = %v, owner %v", err, again != nil && again.Owner())
+	}
+	seen("repeated enqueue", again, "3", rev)
 }
