@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -44,6 +45,9 @@ type Owner struct {
 	// goroutine of its own; unset, the watch has a clientv3 Watch and a
 	// goroutine.
 	Mux *Mux
+	// Latency, if set, estimates a request's time: the read that arms a
+	// watch is sent again when its reply is overdue (see retry.Attempt).
+	Latency *retry.Latency
 }
 
 // retryDelay paces re-arming a broken watch while the session still vouches.
@@ -168,7 +172,11 @@ func (w *Watcher) created(wch clientv3.WatchChan) bool {
 
 // read checks the key is still ours, now; false if the read failed.
 func (w *Watcher) read() bool {
-	g, err := w.o.Client.Get(w.ctx, w.o.Key, clientv3.WithKeysOnly())
+	var g *clientv3.GetResponse
+	err := retry.Attempt(w.ctx, w.ctx, w.o.Latency, 0, func(ctx context.Context) (err error) {
+		g, err = w.o.Client.Get(ctx, w.o.Key, clientv3.WithKeysOnly())
+		return err
+	})
 	if err != nil {
 		return false
 	}

@@ -80,5 +80,5 @@ func Of(ctx context.Context) *Link {
 // lease.
 func (l *Link) Owner(key string, rev int64) ownwatch.Owner {
 	return ownwatch.Owner{Client: l.Client, Key: key, Rev: rev, Life: l.Life, LeaseID: l.Lease, Expired: l.Expired,
-		Owners: l.Owners, Go: l.Go, Mux: l.Watches}
+		Owners: l.Owners, Go: l.Go, Mux: l.Watches, Latency: l.Latency}
 }
