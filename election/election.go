@@ -57,7 +57,7 @@ func New(s *fencing.Session, name string) (*Election, error) {
 	if l == nil {
 		return nil, fmt.Errorf("election: New: %w: session not made by fencing.NewSession", fencing.ErrInvalidArgument)
 	}
-	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: keyspace.Prefix(l.Root, "election", name), Latency: l.Latency},
+	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: keyspace.Prefix(l.Root, "election", name), Latency: l.Latency, Watches: l.Watches},
 		cands: keyspace.Prefix(l.Root, string(fencing.KindCandidate), name), keys: keyspace.Prefix(l.Root, "", name)}, nil
 }
 

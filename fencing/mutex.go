@@ -38,7 +38,7 @@ func NewMutex(s *Session, name string) (*Mutex, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fencing: NewMutex: %w", err)
 	}
-	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindLock), name), Latency: s.link.Latency}}, nil
+	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindLock), name), Latency: s.link.Latency, Watches: s.link.Watches}}, nil
 }
 
 // Name returns the lock's name.

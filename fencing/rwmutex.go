@@ -46,7 +46,7 @@ func NewRWMutex(s *Session, name string) (*RWMutex, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fencing: NewRWMutex: %w", err)
 	}
-	q := revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindRWLock), name), Latency: s.link.Latency}
+	q := revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindRWLock), name), Latency: s.link.Latency, Watches: s.link.Watches}
 	return &RWMutex{s: s, name: name, readers: revqueue.NewReaders(q), writers: revqueue.NewWriters(q)}, nil
 }
 

@@ -52,7 +52,7 @@ func NewSemaphore(s *Session, name string, limit int) (*Semaphore, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fencing: NewSemaphore: %w", err)
 	}
-	q := revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindSemaphore), name), Latency: s.link.Latency}
+	q := revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindSemaphore), name), Latency: s.link.Latency, Watches: s.link.Watches}
 	return &Semaphore{s: s, name: name, limit: limit, q: revqueue.NewCounted(q, limit)}, nil
 }
 

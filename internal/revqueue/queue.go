@@ -38,6 +38,10 @@ type Queue struct {
 	KeyDir string
 	// Latency, if set, estimates a request's time, to bound each attempt.
 	Latency *retry.Latency
+	// Watches, if set, is the session's watch stream: a waiter's watch of
+	// the key ahead is one more watch on it, with no goroutine of its own
+	// (clientv3 gives each Watch call one).
+	Watches *ownwatch.Mux
 	// Also are reads made in the same txn as the one that finds an entry
 	// owns the queue (Enqueue's or Wait's), so at its revision: their
 	// results are the Entry's Also. Only the plain queue's Enqueue and
@@ -228,6 +232,9 @@ func (q Queue) wait(ctx context.Context, e *Entry, lost context.Context,
 // question open (not sure). readRev is the revision at which that life was
 // last seen.
 func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, puts bool) (sure bool, err error) {
+	if !puts && q.Watches != nil {
+		return q.waitGone(ctx, key, rev)
+	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	// Watch from now, not from readRev+1: a watch that starts in the past is
@@ -272,6 +279,19 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, 
 		}
 	}
 	return false, ctx.Err()
+}
+
+// waitGone is waitDeleted of deletes alone, on the session's watch stream.
+// The watch is armed, from now on, by a read of the key, and re-armed the
+// same way whenever the stream breaks: it ends only once the key's life
+// created at rev is over (sure) or ctx ends. Its registry is its own: the
+// key ahead may be this session's, whose ownership must not hear of it.
+func (q Queue) waitGone(ctx context.Context, key string, rev int64) (sure bool, err error) {
+	w := ownwatch.Start(ctx, ownwatch.Owner{Client: q.Client, Key: key, Rev: rev, Life: ctx,
+		Owners: new(ownwatch.Registry), Mux: q.Watches, Latency: q.Latency})
+	<-w.Context().Done()
+	w.Stop(context.Canceled)
+	return errors.Is(context.Cause(w.Context()), ErrKeyDeleted), ctx.Err()
 }
 
 // confirm checks, in one txn, that e's key still exists, and finds its new

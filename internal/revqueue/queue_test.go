@@ -3,11 +3,15 @@ package revqueue_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -144,4 +148,67 @@ func TestAlsoReadWithTheWin(t *testing.T) {
 		t.Fatalf("repeated Enqueue of c = %v, owner %v", err, again != nil && again.Owner())
 	}
 	seen("repeated enqueue", again, "3", rev)
+}
+
+// Waiters on the session's watch stream: each costs its caller's goroutine
+// and nothing more, all share one stream, a waiter whose predecessor gives
+// up watches the next one and owns only once the owner goes, and a waiter
+// whose predecessor went before its watch was made finds it by the read
+// that arms the watch.
+func TestWaitersShareTheSessionStream(t *testing.T) {
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, 30*time.Second)
+	var ctr etcdtest.Counter
+	cli := c.Client(t, etcdtest.WithCounter(&ctr))
+	g, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	life, end := context.WithCancel(context.Background())
+	defer func() { end(); wg.Wait() }()
+	mux := ownwatch.NewMux(cli, life, func(f func()) bool { wg.Go(f); return true })
+	q := revqueue.Queue{Client: cli, Prefix: "q/", Watches: mux}
+	const n = 100
+	var entries []*revqueue.Entry
+	for i := range n + 1 {
+		e, err := q.Enqueue(ctx, fmt.Sprintf("q/%03d", i), "v", g.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e)
+	}
+	before := runtime.NumGoroutine()
+	done := make([]chan error, n+1)
+	for i, e := range entries[1:] {
+		done[i+1] = make(chan error, 1)
+		go func() { done[i+1] <- q.Wait(ctx, e, life) }()
+	}
+	fencingtest.WaitFor(t, 10*time.Second, "every waiter's watch", func() bool { return mux.Watches() == n })
+	// The watches made past their key's revision are armed by reads, each
+	// in a goroutine until it returns.
+	fencingtest.WaitFor(t, 10*time.Second, "no goroutine per waiter besides its caller's", func() bool {
+		return runtime.NumGoroutine()-before-n <= n/10
+	})
+	if s := ctr.Streams("Watch"); s != 1 {
+		t.Errorf("%d waiters opened %d watch streams, want 1", n, s)
+	}
+	// The second waiter's key goes: the third re-reads and waits on the
+	// owner; the second learns of it once its own wait ends.
+	c.Delete(t, "q/001")
+	fencingtest.WaitFor(t, 10*time.Second, "the third waiter's re-read", func() bool { return ctr.Requests("Txn") >= n+2 })
+	if entries[2].Owner() {
+		t.Fatal("the third waiter owns while the owner's key lives")
+	}
+	c.Delete(t, "q/000")
+	if err := <-done[1]; !errors.Is(err, revqueue.ErrKeyDeleted) {
+		t.Fatalf("the waiter whose key was deleted: %v, want ErrKeyDeleted", err)
+	}
+	// Each owner goes in turn: every waiter owns, in order.
+	for i := 2; i <= n; i++ {
+		if err := <-done[i]; err != nil || !entries[i].Owner() {
+			t.Fatalf("waiter %d: %v, owner %v", i, err, entries[i].Owner())
+		}
+		c.Delete(t, fmt.Sprintf("q/%03d", i))
+	}
 }
