@@ -316,32 +316,32 @@ func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
 	ctx, cancel := context.WithTimeout(ctx, handoffWait)
 	defer cancel()
 	queue := keyspace.Prefix(c.link.Root, string(fencing.KindElection), t.Token().Name)
-	var wch clientv3.WatchChan
+	// The watch goes out before the first read, not from the read's
+	// revision (caught up only every 100 ms): a watch created past the read
+	// read again, for the enqueue that may have landed in between.
+	wch := c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	read, readRev := true, int64(0)
 	for ctx.Err() == nil {
-		resp, err := c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
-		if err != nil {
-			retry.Pause(ctx, retry.MinBackoff)
-			continue
-		}
-		if len(resp.Kvs) == 2 && c.isPreferred(resp.Kvs[1].Lease) {
-			return
-		}
-		if wch == nil {
-			// Watch, then read again: a watch from the read's revision
-			// would be caught up only every 100 ms.
-			wch = c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-			if _, ok := <-wch; !ok {
+		if read {
+			resp, err := c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
+			if err != nil {
+				retry.Pause(ctx, retry.MinBackoff)
+				continue
+			}
+			if len(resp.Kvs) == 2 && c.isPreferred(resp.Kvs[1].Lease) {
 				return
 			}
-			continue
+			read, readRev = false, resp.Header.Revision
 		}
 		_, changed := c.preferred()
 		select {
-		case _, ok := <-wch:
+		case resp, ok := <-wch:
 			if !ok {
 				return
 			}
+			read = !resp.Created || resp.Header.Revision > readRev
 		case <-changed:
+			read = true
 		case <-ctx.Done():
 		}
 	}
