@@ -50,7 +50,7 @@ func (c *Cluster) NewLinkTo(t TB, members ...int) *Link {
 	for _, i := range members {
 		l.proxies = append(l.proxies, newProxy(t, c.Members[i].ClientURL))
 	}
-	t.Cleanup(l.close)
+	t.Cleanup(l.Close)
 	return l
 }
 
@@ -174,7 +174,10 @@ func (l *Link) Delay(d time.Duration) {
 	}
 }
 
-func (l *Link) close() {
+// Close closes the link's proxies, once the process behind them is gone for
+// good, and waits for their connections to end. t.Cleanup also calls it; a
+// second call does nothing.
+func (l *Link) Close() {
 	for _, p := range l.proxies {
 		p.Close()
 	}

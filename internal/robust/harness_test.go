@@ -209,9 +209,12 @@ func (h *harness) sigkill() {
 		h.mu.Unlock()
 		return
 	}
+	var link *fencingtest.Link
 	for n, q := range h.procs {
 		if q == p {
 			delete(h.procs, n)
+			link = h.links[n]
+			delete(h.links, n)
 		}
 	}
 	h.faults["sigkill"]++
@@ -219,6 +222,7 @@ func (h *harness) sigkill() {
 	name := fmt.Sprint("k", h.next)
 	h.mu.Unlock()
 	p.Kill(h.t)
+	link.Close() // its proxies would otherwise live, idle, until the test ends
 	h.subprocess(name)
 }
 
