@@ -197,8 +197,8 @@ func (m *Mux) route(resp *pb.WatchResponse) {
 	case resp.Canceled:
 		m.retry(w, gen, resp.CancelReason)
 	case resp.Created:
-		if resp.Header.Revision == w.o.Rev {
-			w.markArmed() // nothing happened since the key was created
+		if w.o.known(resp.Header.Revision) {
+			w.markArmed() // nothing happened since the key was seen alive
 			return
 		}
 		m.run(w.check)

@@ -48,7 +48,14 @@ type Owner struct {
 	// Latency, if set, estimates a request's time: the read that arms a
 	// watch is sent again when its reply is overdue (see retry.Attempt).
 	Latency *retry.Latency
+	// Seen, if past Rev, is a revision at which the key was read alive at
+	// Rev: a watch that starts there, or earlier, needs no read to arm.
+	Seen int64
 }
+
+// known reports whether the key is known alive at Rev at revision rev, where
+// a watch starts: no read needs to cover a gap before it.
+func (o Owner) known(rev int64) bool { return rev == o.Rev || rev > o.Rev && rev <= o.Seen }
 
 // retryDelay paces re-arming a broken watch while the session still vouches.
 const retryDelay = 50 * time.Millisecond
@@ -164,8 +171,8 @@ func (w *Watcher) created(wch clientv3.WatchChan) bool {
 	if !ok || !resp.Created || resp.Err() != nil {
 		return false
 	}
-	if resp.Header.Revision == w.o.Rev {
-		return true // nothing happened since the key was created
+	if w.o.known(resp.Header.Revision) {
+		return true // nothing happened since the key was seen alive
 	}
 	return w.read()
 }

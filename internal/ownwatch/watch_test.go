@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -69,6 +70,42 @@ func testArmedWatchSeesDeletion(t *testing.T, mux bool) {
 	c.Delete(t, o.Key)
 	if cause := fencingtest.Ended(t, ctx, wait, "deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) || errors.Is(cause, errExpired) {
 		t.Errorf("cause %v, want ErrKeyDeleted alone", cause)
+	}
+}
+
+// A watch that starts where the key was last read alive (Seen) arms with no
+// read of its own, and still sees the key go; one past Seen reads.
+func TestSeenSparesTheArmingRead(t *testing.T) { modes(t, testSeenSparesTheArmingRead) }
+
+func testSeenSparesTheArmingRead(t *testing.T, mux bool) {
+	c := fencingtest.Single(t)
+	var ctr etcdtest.Counter
+	o := own(t, c.Client(t, etcdtest.WithCounter(&ctr)), new(ownwatch.Registry), "seen", mux)
+	put := func(v string) int64 {
+		resp, err := c.Admin.Put(fencingtest.Context(t, wait), "elsewhere", v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	o.Seen = put("v") // the key was alive then: nothing touched it
+	ranges := ctr.Requests("Range")
+	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
+	defer cancel()
+	if n := ctr.Requests("Range") - ranges; n != 0 || ctx.Err() != nil {
+		t.Fatalf("armed at Seen with %d reads, ended %v; want no read, alive", n, context.Cause(ctx))
+	}
+	put("w")
+	o2 := o.Owner
+	o2.Owners = new(ownwatch.Registry)
+	ctx2, cancel2 := ownwatch.Watch(context.Background(), o2)
+	defer cancel2()
+	if n := ctr.Requests("Range") - ranges; n != 1 || ctx2.Err() != nil {
+		t.Fatalf("armed past Seen with %d reads, ended %v; want one read, alive", n, context.Cause(ctx2))
+	}
+	c.Delete(t, o.Key)
+	if cause := fencingtest.Ended(t, ctx, wait, "deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+		t.Errorf("cause %v, want ErrKeyDeleted", cause)
 	}
 }
 

@@ -233,7 +233,7 @@ func (q Queue) wait(ctx context.Context, e *Entry, lost context.Context,
 // last seen.
 func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, puts bool) (sure bool, err error) {
 	if !puts && q.Watches != nil {
-		return q.waitGone(ctx, key, rev)
+		return q.waitGone(ctx, key, rev, readRev)
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -282,12 +282,13 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, 
 }
 
 // waitGone is waitDeleted of deletes alone, on the session's watch stream.
-// The watch is armed, from now on, by a read of the key, and re-armed the
-// same way whenever the stream breaks: it ends only once the key's life
-// created at rev is over (sure) or ctx ends. Its registry is its own: the
-// key ahead may be this session's, whose ownership must not hear of it.
-func (q Queue) waitGone(ctx context.Context, key string, rev int64) (sure bool, err error) {
-	w := ownwatch.Start(ctx, ownwatch.Owner{Client: q.Client, Key: key, Rev: rev, Life: ctx,
+// The watch is armed, from now on, by a read of the key (unless it starts
+// at readRev or before), and re-armed the same way whenever the stream
+// breaks: it ends only once the key's life created at rev is over (sure) or
+// ctx ends. Its registry is its own: the key ahead may be this session's,
+// whose ownership must not hear of it.
+func (q Queue) waitGone(ctx context.Context, key string, rev, readRev int64) (sure bool, err error) {
+	w := ownwatch.Start(ctx, ownwatch.Owner{Client: q.Client, Key: key, Rev: rev, Seen: readRev, Life: ctx,
 		Owners: new(ownwatch.Registry), Mux: q.Watches, Latency: q.Latency})
 	<-w.Context().Done()
 	w.Stop(context.Canceled)
