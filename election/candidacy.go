@@ -320,7 +320,7 @@ func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
 	// revision (caught up only every 100 ms): a watch created past the read
 	// read again, for the enqueue that may have landed in between.
 	wch := c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	read, readRev := true, int64(0)
+	read, readRev, alone := true, int64(0), false
 	for ctx.Err() == nil {
 		if read {
 			resp, err := c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
@@ -331,7 +331,7 @@ func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
 			if len(resp.Kvs) == 2 && c.isPreferred(resp.Kvs[1].Lease) {
 				return
 			}
-			read, readRev = false, resp.Header.Revision
+			read, readRev, alone = false, resp.Header.Revision, len(resp.Kvs) == 1
 		}
 		_, changed := c.preferred()
 		select {
@@ -339,12 +339,31 @@ func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
 			if !ok {
 				return
 			}
-			read = !resp.Created || resp.Header.Revision > readRev
+			if resp.Created {
+				read = resp.Header.Revision > readRev
+				continue
+			}
+			// The watch has every event after readRev. With t's key alone
+			// then, the first key created since is right behind it.
+			if next := firstCreated(resp.Events, readRev); alone && next != nil && c.isPreferred(next.Lease) {
+				return
+			}
+			read = true
 		case <-changed:
 			read = true
 		case <-ctx.Done():
 		}
 	}
+}
+
+// firstCreated returns the first key created in evs after rev, or nil.
+func firstCreated(evs []*clientv3.Event, rev int64) *mvccpb.KeyValue {
+	for _, ev := range evs {
+		if ev.IsCreate() && ev.Kv.ModRevision > rev {
+			return ev.Kv
+		}
+	}
+	return nil
 }
 
 // isPreferred reports whether a queue key on lease is a preferred
