@@ -162,7 +162,16 @@ func holdOrWait(ctx context.Context, s *fencing.Session, ctr *etcdtest.Counter, 
 	for ctr.Requests("Watch") < watches+n {
 		time.Sleep(10 * time.Millisecond)
 	}
-	return nil
+	// The reads that arm the watches run in goroutines of their own until
+	// they return: measure once the count has stopped falling.
+	for last := runtime.NumGoroutine(); ; {
+		time.Sleep(500 * time.Millisecond)
+		now := runtime.NumGoroutine()
+		if now >= last {
+			return nil
+		}
+		last = now
+	}
 }
 
 // leadAll runs one election.RunGroup replica for the n names prefix0 …
