@@ -109,7 +109,7 @@ func (e *Election) term(l *sessionlink.Link, entry *revqueue.Entry, value string
 	t := fencing.Token{Name: e.name, Revision: entry.Rev, Cluster: l.Cluster}
 	life := l.Track(string(fencing.KindElection), e.name, entry.Rev, entry.Key, time.Since(start))
 	term := &Term{s: e.s, link: l, token: t, modRev: entry.Rev, seen: entry.Also, seenRev: entry.AlsoRev,
-		own: ownership.New(l, entry.Key, entry.Rev, life, entry.Free, errResigned)}
+		own: ownership.New(l, entry.Key, entry.Rev, entry.Seen(), life, entry.Free, errResigned)}
 	term.value.Store(&value)
 	return term
 }

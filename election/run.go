@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/sessionopt"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -436,7 +437,9 @@ func (r *runner) serve(ctx context.Context, t *Term) served {
 // check, and keeps the term while the policy is KeepLeading. The watch and
 // the tracking end before it returns, so before the term is resigned.
 func (r *runner) runWork(ctx context.Context, t *Term) (res served) {
-	wctx, stop := guard.Watch(ctx, t)
+	// guard.Watch, knowing where the term's key was last read alive: a
+	// watch that starts there arms with no read before work starts.
+	wctx, stop := ownwatch.Watch(ctx, t.own.Owner())
 	defer stop()
 	if h := r.cfg.health; h != nil {
 		defer h.Track(wctx, t)() // also if work panics

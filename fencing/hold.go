@@ -33,7 +33,7 @@ var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 func newHold(s *Session, kind Kind, name string, e *revqueue.Entry, start time.Time) *Hold {
 	t := Token{Name: name, Revision: e.Rev, Cluster: s.cluster}
 	life := s.track(kind, t, e.Key, time.Since(start))
-	return &Hold{s: s, token: t, own: ownership.New(s.link, e.Key, e.Rev, life, e.Free, errReleased)}
+	return &Hold{s: s, token: t, own: ownership.New(s.link, e.Key, e.Rev, e.Seen(), life, e.Free, errReleased)}
 }
 
 // Token returns the hold's fencing token: greater than the token of every

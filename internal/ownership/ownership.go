@@ -25,6 +25,7 @@ type Ownership struct {
 	Link *sessionlink.Link
 	Key  string
 	Rev  int64
+	Seen int64 // a revision at which Key was read alive at Rev (see ownwatch.Owner.Seen)
 
 	life      sessionlink.Tenure // reports acquisition, then release or loss
 	free      func(retire bool)  // hands the key back to the session once Release deleted it
@@ -41,11 +42,19 @@ type Ownership struct {
 	stopped bool              // guarded by ctxMu: Release began
 }
 
-// New returns the ownership of key at rev on l's session. life reports it;
-// free hands the key's slot back once it is deleted; stopCause is the cause
-// its contexts end with once Release begins.
-func New(l *sessionlink.Link, key string, rev int64, life sessionlink.Tenure, free func(retire bool), stopCause error) *Ownership {
-	return &Ownership{Link: l, Key: key, Rev: rev, life: life, free: free, stopCause: stopCause}
+// New returns the ownership of key at rev on l's session, last read alive
+// at revision seen. life reports it; free hands the key's slot back once it
+// is deleted; stopCause is the cause its contexts end with once Release
+// begins.
+func New(l *sessionlink.Link, key string, rev, seen int64, life sessionlink.Tenure, free func(retire bool), stopCause error) *Ownership {
+	return &Ownership{Link: l, Key: key, Rev: rev, Seen: seen, life: life, free: free, stopCause: stopCause}
+}
+
+// Owner describes the ownership for a watch of it.
+func (o *Ownership) Owner() ownwatch.Owner {
+	w := o.Link.Owner(o.Key, o.Rev)
+	w.Seen = o.Seen
+	return w
 }
 
 // IsOwner is the compare that holds exactly while this ownership lasts: the
@@ -66,7 +75,7 @@ func (o *Ownership) Context() context.Context {
 		}
 		// The watch's goroutine ends with the context: at Release, at the
 		// loss, or when the session ends.
-		o.watch = ownwatch.Start(context.Background(), o.Link.Owner(o.Key, o.Rev))
+		o.watch = ownwatch.Start(context.Background(), o.Owner())
 	}
 	return o.watch.Context()
 }

@@ -353,6 +353,11 @@ func (e *Entry) also(resp *clientv3.TxnResponse, n int) {
 	e.Also, e.AlsoRev = resp.Responses[n:], resp.Header.Revision
 }
 
+// Seen returns the revision of the last read that found e's key alive: a
+// watch of it that starts there, or earlier, needs no read to arm
+// (ownwatch.Owner.Seen).
+func (e *Entry) Seen() int64 { return max(e.readRev, e.AlsoRev) }
+
 func (e *Entry) setPred(pred, owner *mvccpb.KeyValue) {
 	e.pred, e.predRev = string(pred.Key), pred.CreateRevision
 	e.predOwner = owner != nil && string(owner.Key) == e.pred

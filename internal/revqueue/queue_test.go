@@ -112,8 +112,8 @@ func TestAlsoReadWithTheWin(t *testing.T) {
 	q := revqueue.Queue{Client: c.Admin, Prefix: "q/", Also: []clientv3.Op{clientv3.OpGet("x")}}
 	seen := func(what string, e *revqueue.Entry, want string, rev int64) {
 		t.Helper()
-		if len(e.Also) != 1 || e.Also[0].GetResponseRange() == nil || e.AlsoRev < rev {
-			t.Fatalf("%s: Also %v at %d; want one read at %d or later", what, e.Also, e.AlsoRev, rev)
+		if len(e.Also) != 1 || e.Also[0].GetResponseRange() == nil || e.AlsoRev < rev || e.Seen() < e.AlsoRev {
+			t.Fatalf("%s: Also %v at %d, key seen at %d; want one read at %d or later, the key seen there", what, e.Also, e.AlsoRev, e.Seen(), rev)
 		}
 		kvs := e.Also[0].GetResponseRange().Kvs
 		if len(kvs) != 1 || string(kvs[0].Value) != want {
