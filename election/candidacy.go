@@ -316,10 +316,17 @@ func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
 	ctx, cancel := context.WithTimeout(ctx, handoffWait)
 	defer cancel()
 	queue := keyspace.Prefix(c.link.Root, string(fencing.KindElection), t.Token().Name)
-	// The watch goes out before the first read, not from the read's
+	// The watch is made while the first read goes out, not from the read's
 	// revision (caught up only every 100 ms): a watch created past the read
-	// read again, for the enqueue that may have landed in between.
-	wch := c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	// reads again, for the enqueue that may have landed in between.
+	// clientv3's Watch returns only once the server has created the watch.
+	made, watching := make(chan clientv3.WatchChan, 1), make(chan struct{})
+	go func() {
+		defer close(watching)
+		made <- c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	}()
+	defer func() { cancel(); <-watching }()
+	var wch clientv3.WatchChan
 	read, readRev, alone := true, int64(0), false
 	for ctx.Err() == nil {
 		if read {
@@ -335,6 +342,8 @@ func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
 		}
 		_, changed := c.preferred()
 		select {
+		case wch = <-made:
+			made = nil
 		case resp, ok := <-wch:
 			if !ok {
 				return
