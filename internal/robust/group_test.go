@@ -53,9 +53,7 @@ func TestGroupUnderFaults(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for i := range 2 {
-		name := fmt.Sprint("g", i)
-		cli := h.proxied(name)
-		wg.Go(func() { groupWorker(ctx, name, cli, func(e event) { h.events <- e }) })
+		h.inProcessGroup(ctx, &wg, fmt.Sprint("g", i))
 	}
 	for i := range 2 {
 		h.subprocess(fmt.Sprint("q", i))

@@ -87,6 +87,13 @@ func (h *harness) inProcess(ctx context.Context, wg *sync.WaitGroup, name string
 	wg.Go(func() { w.run(ctx) })
 }
 
+// inProcessGroup runs a RunGroup replica (groupWorker) in this process,
+// through a link of its own.
+func (h *harness) inProcessGroup(ctx context.Context, wg *sync.WaitGroup, name string) {
+	cli := h.proxied(name)
+	wg.Go(func() { groupWorker(ctx, name, cli, func(e event) { h.events <- e }) })
+}
+
 func (h *harness) subprocess(name string) {
 	link := h.c.NewLink(h.t)
 	p := fencingtest.StartHelper(h.t, cmp.Or(h.helper, "worker"), append([]string{name, h.impl, h.store}, link.Endpoints()...)...)

@@ -70,9 +70,7 @@ func TestSoak(t *testing.T) {
 		lock.inProcess(ctx, &wg, fmt.Sprint("w", i))
 	}
 	for i := range 2 {
-		name := fmt.Sprint("g", i)
-		cli := group.proxied(name)
-		wg.Go(func() { groupWorker(ctx, name, cli, func(e event) { group.events <- e }) })
+		group.inProcessGroup(ctx, &wg, fmt.Sprint("g", i))
 	}
 	for i := range 2 {
 		lock.subprocess(fmt.Sprint("p", i))
