@@ -108,7 +108,7 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error)
 func (e *Election) term(l *sessionlink.Link, entry *revqueue.Entry, value string, start time.Time) *Term {
 	t := fencing.Token{Name: e.name, Revision: entry.Rev, Cluster: l.Cluster}
 	life := l.Track(string(fencing.KindElection), e.name, entry.Rev, entry.Key, time.Since(start))
-	term := &Term{s: e.s, link: l, token: t, modRev: entry.Rev, seen: entry.Also, seenRev: entry.AlsoRev,
+	term := &Term{s: e.s, link: l, token: t, modRev: entry.Rev, also: entry.Also, alsoRev: entry.AlsoRev,
 		own: ownership.New(l, entry.Key, entry.Rev, entry.Seen(), life, entry.Free, errResigned)}
 	term.value.Store(&value)
 	return term

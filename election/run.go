@@ -336,9 +336,9 @@ func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error)
 		case err != nil:
 			return nil, err
 		}
-		seen, rev := t.seen, t.seenRev
-		t.seen = nil
-		if err := r.cand.refresh(ctx, seen, rev); err != nil {
+		also, rev := t.also, t.alsoRev
+		t.also = nil
+		if err := r.cand.refresh(ctx, also, rev); err != nil {
 			r.giveWay(ctx, t, err)
 			return nil, err
 		}

@@ -28,9 +28,9 @@ type Term struct {
 	modRev int64                  // guarded by own's Lock: the key's last write this term knows of
 
 	// The results of the Election's queue's Also, read with the win at
-	// seenRev: for Run's ranked campaign, which takes them at once.
-	seen    []*etcdserverpb.ResponseOp
-	seenRev int64
+	// alsoRev: for Run's ranked campaign, which takes them at once.
+	also    []*etcdserverpb.ResponseOp
+	alsoRev int64
 }
 
 // errResigned is the cause of a term's contexts after Resign.
