@@ -374,3 +374,27 @@ func TestLockWithDoneContextOrClosedClient(t *testing.T) {
 		t.Fatalf("keys left behind: %q", keys)
 	}
 }
+
+// A client closed while its Lock waits on the session's watch stream: the
+// Lock fails with the session's end (not the caller's deadline), the holder
+// keeps the lock, and the waiter's key goes with its lease.
+func TestLockWaitingWhenClientCloses(t *testing.T) {
+	c := fencingtest.Single(t)
+	h := lock(t, newMutex(t, newSession(t, c.Client(t)), "closing"))
+	cli := fencingtest.NewClient(t, c.Endpoints())
+	waiter := newMutex(t, newSession(t, cli, fencing.WithTTL(2*time.Second)), "closing")
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(fencingtest.Context(t, wait))
+		done <- err
+	}()
+	fencingtest.WaitFor(t, wait, "the waiter's key", func() bool { return len(etcdtest.LockKeys(t, c, "closing")) == 2 })
+	cli.Close()
+	if err := <-done; !errors.Is(err, fencing.ErrSessionExpired) {
+		t.Errorf("Lock whose client closed: %v; want ErrSessionExpired", err)
+	}
+	if h.Context().Err() != nil {
+		t.Errorf("the holder lost its lock: %v", context.Cause(h.Context()))
+	}
+	fencingtest.WaitFor(t, wait, "the waiter's key to go with its lease", func() bool { return len(etcdtest.LockKeys(t, c, "closing")) == 1 })
+}
