@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +44,82 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
+// BenchmarkThroughputAlternating is BenchmarkThroughput with the three
+// sides taking turns: each cell makes its workers once, then runs
+// LEASEHOLD_THROUGHPUT_ROUNDS rounds (default 6) of one window per side, the
+// order rotating from round to round, so drift in the machine's load falls
+// on all three alike. It reports each side's median rate and, from the
+// rounds, the median and lowest of leasehold's rate over concurrency's
+// (ratio-median, ratio-min) and of leasehold's over the ceiling.
+//
+//	go test ./internal/bench -run '^$' -bench ThroughputAlternating -benchtime 1x
+func BenchmarkThroughputAlternating(b *testing.B) {
+	window := throughputWindow(b)
+	rounds := throughputRounds(b)
+	c := cluster(b)
+	sides := []string{"ceiling", "leasehold", "concurrency"}
+	for _, names := range []int{1, 100, 10000} {
+		for _, sessions := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("names=%d/sessions=%d", names, sessions), func(b *testing.B) {
+				pools := make([]*pool, len(sides))
+				for s, side := range sides {
+					pools[s] = newPool(b, c, names, sessions, func(cli *clientv3.Client, run string, i int) cycler {
+						return newCycler(b, side, cli, run, i)
+					})
+				}
+				for range b.N {
+					rates := make([][]float64, len(sides))
+					for r := range rounds {
+						for k := range sides {
+							s := (r + k) % len(sides)
+							rates[s] = append(rates[s], pools[s].rate(b, window))
+						}
+					}
+					for s, side := range sides {
+						b.ReportMetric(median(rates[s]), side+"-cycles/s")
+					}
+					vsConcurrency, vsCeiling := ratios(rates[1], rates[2]), ratios(rates[1], rates[0])
+					b.ReportMetric(median(vsConcurrency), "ratio-median")
+					b.ReportMetric(slices.Min(vsConcurrency), "ratio-min")
+					b.ReportMetric(median(vsCeiling), "ceiling-ratio-median")
+				}
+			})
+		}
+	}
+}
+
+// throughputRounds is LEASEHOLD_THROUGHPUT_ROUNDS, or 6.
+func throughputRounds(b *testing.B) int {
+	env := os.Getenv("LEASEHOLD_THROUGHPUT_ROUNDS")
+	if env == "" {
+		return 6
+	}
+	n, err := strconv.Atoi(env)
+	if err != nil || n < 1 {
+		b.Fatalf("LEASEHOLD_THROUGHPUT_ROUNDS=%q: want a positive integer", env)
+	}
+	return n
+}
+
+// ratios is a[i]/b[i] for each round i.
+func ratios(a, b []float64) []float64 {
+	r := make([]float64, len(a))
+	for i := range a {
+		r[i] = a[i] / b[i]
+	}
+	return r
+}
+
+// median is the middle of xs (the mean of the two middles for an even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
 // cycler runs one cycle on name: a Lock and its Unlock, or a Put and a Delete.
 type cycler func(ctx context.Context, name string) error
 
@@ -63,29 +141,47 @@ func throughputWindow(b *testing.B) time.Duration {
 // second; worker i cycles over names i, i+sessions, … of names.
 func rate(b *testing.B, c *fencingtest.Cluster, names, sessions int, window time.Duration,
 	worker func(cli *clientv3.Client, run string, i int) cycler) float64 {
+	return newPool(b, c, names, sessions, worker).rate(b, window)
+}
+
+// pool is one cell's workers, made once and run for as many windows as
+// asked.
+type pool struct {
+	run     string // the cell's key prefix: no history of earlier cells
+	names   int
+	workers []cycler
+}
+
+func newPool(b *testing.B, c *fencingtest.Cluster, names, sessions int,
+	worker func(cli *clientv3.Client, run string, i int) cycler) *pool {
 	clis := make([]*clientv3.Client, min(sessions, 8))
 	for i := range clis {
 		clis[i] = c.Client(b)
 	}
-	run := fmt.Sprintf("tp-%d/", time.Now().UnixNano()) // no history of earlier cells
-	workers := make([]cycler, sessions)
-	for i := range workers {
-		workers[i] = worker(clis[i%len(clis)], run, i)
+	p := &pool{run: fmt.Sprintf("tp-%d/", time.Now().UnixNano()), names: names, workers: make([]cycler, sessions)}
+	for i := range p.workers {
+		p.workers[i] = worker(clis[i%len(clis)], p.run, i)
 	}
+	return p
+}
+
+// rate runs every worker for window, after a warm-up of a fifth of it, and
+// returns their aggregate cycles per second.
+func (p *pool) rate(b *testing.B, window time.Duration) float64 {
 	var cycles atomic.Int64
-	var counting atomic.Bool
-	ctx, stop := context.WithCancel(context.Background())
+	var counting, stopping atomic.Bool
 	var wg sync.WaitGroup
-	for i, cycle := range workers {
+	sessions := len(p.workers)
+	for i, cycle := range p.workers {
 		wg.Go(func() {
-			for k := 0; ctx.Err() == nil; k++ {
+			// Workers stop between cycles, not by cancellation: a cycle cut
+			// short could leave a key that the next window waits behind.
+			for k := 0; !stopping.Load(); k++ {
 				// Worker i takes names i, i+sessions, …: its own when there
 				// are enough, shared with others when there are fewer.
-				name := fmt.Sprint(run, (i+k*sessions)%names)
-				if err := cycle(ctx, name); err != nil {
-					if ctx.Err() == nil {
-						b.Error(err)
-					}
+				name := fmt.Sprint(p.run, (i+k*sessions)%p.names)
+				if err := cycle(context.Background(), name); err != nil {
+					b.Error(err)
 					return
 				}
 				if counting.Load() {
@@ -100,7 +196,7 @@ func rate(b *testing.B, c *fencingtest.Cluster, names, sessions int, window time
 	time.Sleep(window)
 	done := cycles.Load()
 	elapsed := time.Since(start)
-	stop()
+	stopping.Store(true)
 	wg.Wait()
 	return float64(done) / elapsed.Seconds()
 }
