@@ -33,15 +33,22 @@ type candidacy struct {
 	self    prefer.Record
 	records map[string]prefer.Record // by key, as last read or watched
 	readRev int64                    // the revision of the last read
+	err     error                    // why etcd refused the record; nil if it did not
 	changed chan struct{}            // closed at each change of records
 
 	stop context.CancelFunc
 	done chan struct{} // closed when the watch has returned
 }
 
-// join writes this replica's record for name on s and reads the others' in
-// one txn, then follows them until leave or the session ends.
-func join(ctx context.Context, s *fencing.Session, name string, rank []int64, drain *Drain, log *slog.Logger) (*candidacy, error) {
+// join starts this replica's candidacy for name on s: it writes the
+// record and reads the others' in one txn, then follows them until leave or
+// the session ends. It returns at once, so the first campaign's enqueue goes
+// out with that txn, not after it: until the read answers, the view is
+// empty and this replica ranks as preferred. That is safe because the view
+// only steers who campaigns (a term won is checked against the records read
+// in its own txn, see readRecords), and the usual case is a replica the
+// others give way to, whose key is then already queued.
+func join(s *fencing.Session, name string, rank []int64, drain *Drain, log *slog.Logger) *candidacy {
 	l := sessionlink.Of(s.Context())
 	prefix := keyspace.Prefix(l.Root, string(fencing.KindCandidate), name)
 	c := &candidacy{link: l, prefix: prefix, drain: drain, log: log, changed: make(chan struct{}), done: make(chan struct{}),
@@ -51,38 +58,48 @@ func join(ctx context.Context, s *fencing.Session, name string, rank []int64, dr
 		c.self.Drain, draining = drain.state()
 	}
 	wctx, stop := context.WithCancel(l.Life)
-	wch, err := c.open(ctx, wctx, true)
-	if err != nil {
-		stop()
-		return nil, err
-	}
 	c.stop = stop
-	go c.follow(wctx, wch, draining)
-	return c, nil
+	go c.follow(wctx, c.open(wctx), draining)
+	return c
 }
 
-// open starts a watch of the records from now on, waits until etcd has
-// created it, and then reads every record, writing this replica's first
-// (when put is set) in the same txn. Not a watch from the read's revision:
-// etcd catches a watch from a past revision up only every 100 ms, which a
-// handover would wait for. The watch lasts as long as wctx.
-func (c *candidacy) open(ctx, wctx context.Context, put bool) (clientv3.WatchChan, error) {
-	wch := c.link.Client.Watch(clientv3.WithRequireLeader(wctx), c.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+// open makes a watch of the records from now on, in a goroutine, while the
+// caller reads them: not a watch from the read's revision, which etcd
+// catches up only every 100 ms, and a handover would wait for. The channel
+// yields the watch once etcd has created it (clientv3's Watch returns only
+// then), or a closed one once ctx ends; arm then checks it began in time.
+func (c *candidacy) open(ctx context.Context) <-chan clientv3.WatchChan {
+	made := make(chan clientv3.WatchChan, 1)
+	go func() {
+		made <- c.link.Client.Watch(clientv3.WithRequireLeader(ctx), c.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	}()
+	return made
+}
+
+// arm takes wch's created notice. A watch that began past the last read
+// would miss the records written in between: then it reads again.
+func (c *candidacy) arm(ctx context.Context, wch clientv3.WatchChan) error {
 	select {
 	case resp, ok := <-wch:
 		switch {
 		case !ok:
-			return nil, fmt.Errorf("election: watch candidates %q: %w", c.prefix, errWatchBroken)
+			return fmt.Errorf("election: watch candidates %q: %w", c.prefix, errWatchBroken)
 		case resp.Err() != nil:
-			return nil, fmt.Errorf("election: watch candidates %q: %w", c.prefix, retry.Typed(resp.Err()))
+			return fmt.Errorf("election: watch candidates %q: %w", c.prefix, retry.Typed(resp.Err()))
+		case resp.Header.Revision > c.seen():
+			return c.read(ctx, false)
 		}
+		return nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	if err := c.read(ctx, put); err != nil {
-		return nil, err
-	}
-	return wch, nil
+}
+
+// seen is the revision of the view's last read.
+func (c *candidacy) seen() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readRev
 }
 
 // leave stops following the records; the session's end removes the record.
@@ -92,11 +109,28 @@ func (c *candidacy) leave() {
 }
 
 // preferred reports whether no live candidate ranks above this replica, and
-// returns a channel closed at the next change of the view.
+// returns a channel closed at the next change of the view. A candidacy
+// whose record etcd refused is never preferred (see failed).
 func (c *candidacy) preferred() (bool, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return prefer.Preferred(c.records, c.self), c.changed
+	return c.err == nil && prefer.Preferred(c.records, c.self), c.changed
+}
+
+// fail marks the candidacy refused: etcd will not take its record (no
+// permission on the candidates' keys), so Run must stop and say why.
+func (c *candidacy) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.err = err
+	c.notify()
+}
+
+// failed returns why etcd refused this replica's record, or nil.
+func (c *candidacy) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // whilePreferred returns a child of ctx that ends, with a cause wrapping
@@ -126,10 +160,13 @@ func (c *candidacy) whilePreferred(ctx context.Context) (context.Context, func()
 	}
 }
 
-// preemption says who this replica gives way to.
+// preemption says who this replica gives way to, or why it cannot lead.
 func (c *candidacy) preemption() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
 	others := maps.Clone(c.records)
 	delete(others, c.self.Key)
 	top := prefer.Top(others)
@@ -188,27 +225,36 @@ func (c *candidacy) read(ctx context.Context, put bool) error {
 	return nil
 }
 
-// follow applies the records' changes from wch, opening a new watch when
-// it breaks, and writes this replica's record again when the drain changes
-// or someone deleted it, until ctx ends.
-func (c *candidacy) follow(ctx context.Context, wch clientv3.WatchChan, draining <-chan struct{}) {
+// follow applies the records' changes from the watch made yields, making
+// a new one and reading again when it breaks, and writes this replica's
+// record again when the drain changes or someone deleted it, until ctx ends.
+func (c *candidacy) follow(ctx context.Context, made <-chan clientv3.WatchChan, draining <-chan struct{}) {
 	defer close(c.done)
-	for ctx.Err() == nil {
-		if wch != nil {
-			err := c.watch(ctx, wch, draining)
-			if ctx.Err() != nil {
-				return
-			}
-			if !errors.Is(err, errWatchBroken) {
-				c.log.Warn("watch of candidates failed; reading again", "err", err)
-			}
+	if err := c.read(ctx, true); err != nil && ctx.Err() == nil {
+		if refused(err) {
+			c.fail(err)
+		} else {
+			c.log.Warn("writing the candidate record failed", "err", err)
+		}
+	}
+	for {
+		wch := <-made // ctx's end ends the wait
+		err := c.arm(ctx, wch)
+		if err == nil {
+			draining = c.sync(ctx, draining) // the record, if the first write failed
+			err = c.watch(ctx, wch, draining)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, errWatchBroken) {
+			c.log.Warn("watch of candidates failed; reading again", "err", err)
 		}
 		retry.Pause(ctx, retry.MinBackoff)
-		var err error
-		if wch, err = c.open(ctx, ctx, false); err != nil {
-			continue
+		made = c.open(ctx)
+		if err := c.read(ctx, false); err == nil {
+			draining = c.sync(ctx, draining)
 		}
-		draining = c.sync(ctx, draining)
 	}
 }
 
@@ -319,13 +365,13 @@ func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
 	// The watch is made while the first read goes out, not from the read's
 	// revision (caught up only every 100 ms): a watch created past the read
 	// reads again, for the enqueue that may have landed in between.
-	// clientv3's Watch returns only once the server has created the watch.
-	made, watching := make(chan clientv3.WatchChan, 1), make(chan struct{})
-	go func() {
-		defer close(watching)
-		made <- c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	}()
-	defer func() { cancel(); <-watching }()
+	// clientv3's Watch returns only once the server has created the watch,
+	// and the resign must not wait for that: the session owns the goroutine,
+	// which returns as ctx ends.
+	made := make(chan clientv3.WatchChan, 1)
+	if !c.link.Go(func() { made <- c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) }) {
+		return // the session has ended: nothing to hand over
+	}
 	var wch clientv3.WatchChan
 	read, readRev, alone := true, int64(0), false
 	for ctx.Err() == nil {

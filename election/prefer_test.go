@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -473,4 +474,45 @@ func TestRankedRunReturnsWhileOutranked(t *testing.T) {
 	f.stop("closed")         // within fencingtest.Wait, or the test fails
 	f.waitCandidates("high") // its lease goes, with the record, within its TTL
 	f.check("high")
+}
+
+// A ranked replica whose user may use the election's keys but not the
+// candidates' fails with etcd's permission error, also while it waits
+// behind a leader (its enqueue goes out along with its record's write), and
+// leaves no key behind.
+func TestPriorityWithoutCandidatePermission(t *testing.T) {
+	c := fencingtest.Single(t)
+	c.EnableAuth(t)
+	queue, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindElection, fleetName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddUser(t, "svc", queue)
+	ctx, cancel := context.WithCancel(fencingtest.Context(t, time.Minute))
+	defer cancel()
+	working := make(chan struct{})
+	leader := make(chan error, 1)
+	go func() {
+		leader <- election.Run(ctx, c.Admin, fleetName, "leader", func(ctx context.Context, _ *election.Term) error {
+			close(working)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	<-working
+	cli := c.Client(t, fencingtest.WithAuth("svc", "svc"))
+	err = election.Run(ctx, cli, fleetName, "ranked", func(context.Context, *election.Term) error {
+		t.Error("work ran without a candidate record")
+		return nil
+	}, election.Priority(1))
+	if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("Run: %v; want ErrPermissionDenied", err)
+	}
+	if q := c.Queue(t, fencing.KindElection, fleetName); len(q.Entries) != 1 || q.Entries[0].Value != "leader" {
+		t.Fatalf("queue after the refused replica returned: %+v; want the leader's key alone", q.Entries)
+	}
+	cancel()
+	if err := <-leader; err != nil {
+		t.Fatal(err)
+	}
 }

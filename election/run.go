@@ -308,9 +308,7 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 		return e.Campaign(ctx, r.value)
 	}
 	if r.cand == nil {
-		if r.cand, err = join(ctx, r.s, r.name, r.cfg.rank(), r.cfg.drain, r.log); err != nil {
-			return nil, err
-		}
+		r.cand = join(r.s, r.name, r.cfg.rank(), r.cfg.drain, r.log)
 		r.handoff = r.cand.awaitSuccessor
 	}
 	return r.campaignRanked(ctx, e)
@@ -329,6 +327,12 @@ func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error)
 		t, err := e.Campaign(pctx, r.value)
 		preempted := errors.Is(context.Cause(pctx), ErrPreempted)
 		done()
+		if ferr := r.cand.failed(); ferr != nil {
+			if err == nil {
+				r.giveWay(ctx, t, ferr)
+			}
+			return nil, ferr
+		}
 		switch {
 		case err != nil && preempted && ctx.Err() == nil:
 			r.log.Debug("stopped campaigning", "cause", context.Cause(pctx))
@@ -353,6 +357,9 @@ func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error)
 // or ctx or the session ends.
 func (r *runner) untilPreferred(ctx context.Context) error {
 	for {
+		if err := r.cand.failed(); err != nil {
+			return err
+		}
 		ok, changed := r.cand.preferred()
 		if ok {
 			return nil
