@@ -18,20 +18,28 @@ import (
 
 func TestMain(m *testing.M) { fencingtest.Main(m) }
 
-// Only the direct successor of a departing key wakes, and a waiter whose
-// predecessor was not the owner re-reads the queue instead of acquiring.
-func TestWaitFollowsPredecessors(t *testing.T) {
+// leased starts a single-member cluster and grants a lease from its admin
+// client, for keys a test queues by hand.
+func leased(t *testing.T) (*fencingtest.Cluster, context.Context, clientv3.LeaseID) {
+	t.Helper()
 	c := fencingtest.Single(t)
 	ctx := fencingtest.Context(t, 30*time.Second)
 	g, err := c.Admin.Grant(ctx, 30)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, ctx, g.ID
+}
+
+// Only the direct successor of a departing key wakes, and a waiter whose
+// predecessor was not the owner re-reads the queue instead of acquiring.
+func TestWaitFollowsPredecessors(t *testing.T) {
+	c, ctx, lease := leased(t)
 	var ctr etcdtest.Counter
 	q := revqueue.Queue{Client: c.Client(t, etcdtest.WithCounter(&ctr)), Prefix: "q/"}
 	var entries []*revqueue.Entry
 	for _, k := range []string{"q/a", "q/b", "q/c"} {
-		e, err := q.Enqueue(ctx, k, "v", g.ID)
+		e, err := q.Enqueue(ctx, k, "v", lease)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +48,7 @@ func TestWaitFollowsPredecessors(t *testing.T) {
 	if !entries[0].Owner() || entries[1].Owner() || entries[2].Owner() {
 		t.Fatalf("owners after enqueue: %v %v %v; want only the first", entries[0].Owner(), entries[1].Owner(), entries[2].Owner())
 	}
-	if _, owner, err := q.TryEnqueue(ctx, "q/d", "v", g.ID); err != nil || owner == nil || string(owner.Key) != "q/a" {
+	if _, owner, err := q.TryEnqueue(ctx, "q/d", "v", lease); err != nil || owner == nil || string(owner.Key) != "q/a" {
 		t.Fatalf("TryEnqueue on a busy queue: owner %v, err %v; want q/a", owner, err)
 	}
 	done := make(chan error, 1)
@@ -65,17 +73,12 @@ func TestWaitFollowsPredecessors(t *testing.T) {
 }
 
 func TestWaitReportsDeletedOwnKey(t *testing.T) {
-	c := fencingtest.Single(t)
-	ctx := fencingtest.Context(t, 30*time.Second)
-	g, err := c.Admin.Grant(ctx, 30)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ctx, lease := leased(t)
 	q := revqueue.Queue{Client: c.Admin, Prefix: "q/"}
-	if _, err := q.Enqueue(ctx, "q/a", "v", g.ID); err != nil {
+	if _, err := q.Enqueue(ctx, "q/a", "v", lease); err != nil {
 		t.Fatal(err)
 	}
-	e, err := q.Enqueue(ctx, "q/b", "v", g.ID)
+	e, err := q.Enqueue(ctx, "q/b", "v", lease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +99,7 @@ func TestWaitReportsDeletedOwnKey(t *testing.T) {
 // the owner went, the enqueue repeated after a lost reply. Each shows the
 // value as of that win, with no request of its own.
 func TestAlsoReadWithTheWin(t *testing.T) {
-	c := fencingtest.Single(t)
-	ctx := fencingtest.Context(t, 30*time.Second)
-	g, err := c.Admin.Grant(ctx, 30)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ctx, lease := leased(t)
 	put := func(v string) int64 {
 		resp, err := c.Admin.Put(ctx, "x", v)
 		if err != nil {
@@ -121,15 +119,15 @@ func TestAlsoReadWithTheWin(t *testing.T) {
 		}
 	}
 	rev := put("1")
-	a, err := q.Enqueue(ctx, "q/a", "v", g.ID)
+	a, err := q.Enqueue(ctx, "q/a", "v", lease)
 	if err != nil || !a.Owner() {
 		t.Fatalf("Enqueue a = %v, owner %v", err, a != nil && a.Owner())
 	}
 	seen("enqueue into an empty queue", a, "1", rev)
-	if _, err := q.Enqueue(ctx, "q/b", "v", g.ID); err != nil {
+	if _, err := q.Enqueue(ctx, "q/b", "v", lease); err != nil {
 		t.Fatal(err)
 	}
-	e, err := q.Enqueue(ctx, "q/c", "v", g.ID)
+	e, err := q.Enqueue(ctx, "q/c", "v", lease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +141,7 @@ func TestAlsoReadWithTheWin(t *testing.T) {
 	}
 	seen("wait", e, "2", rev)
 	rev = put("3")
-	again, err := q.Enqueue(ctx, "q/c", "v", g.ID)
+	again, err := q.Enqueue(ctx, "q/c", "v", lease)
 	if err != nil || !again.Owner() {
 		t.Fatalf("repeated Enqueue of c = %v, owner %v", err, again != nil && again.Owner())
 	}
