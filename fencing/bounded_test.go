@@ -84,6 +84,42 @@ func TestManyNamesKeepPoolBounded(t *testing.T) {
 	}
 }
 
+// A session that locks more names than the pool keeps finished slots for
+// still locks each name with the key it used before: etcd keeps every
+// deleted key in its index until a compaction, and each acquire's range
+// walks them all, so a new key per Lock would make a name's acquires
+// slower the more often it was locked.
+func TestManyNamesReuseKeys(t *testing.T) {
+	c := fencingtest.Single(t)
+	s := fencingtest.Session(t, c.Client(t))
+	names := sessionlink.MaxFreeQueues + 200
+	keys := make([]string, names)
+	for pass := range 2 {
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; i < names; i += 8 {
+					h, err := fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).Lock(fencingtest.Context(t, wait))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if pass == 0 {
+						keys[i] = h.Key()
+					} else if h.Key() != keys[i] {
+						t.Errorf("name %d locked with key %q, then %q", i, keys[i], h.Key())
+					}
+					if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
 // lockUnlock takes a hold with lock and releases it, and reports whether
 // both worked (the test is marked failed otherwise).
 func lockUnlock(t *testing.T, lock func(context.Context) (*fencing.Hold, error)) bool {

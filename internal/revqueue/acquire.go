@@ -52,8 +52,9 @@ func (sl *slot) put(s *Session) { s.Keys.Put(sl.dir, sl.n) }
 // retire gives the slot up for good; the queue's sweeper deletes its key
 // whenever a late request writes it again.
 func (sl *slot) retire(s *Session) {
-	s.Keys.Retire(sl.dir, sl.n)
-	sweep(s, sl.dir)
+	if s.Keys.Retire(sl.dir, sl.n) {
+		sweep(s, sl.dir)
+	}
 }
 
 // release is an Entry's Free: it runs once the owner's delete of the key has
@@ -213,8 +214,8 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 	}
 }
 
-// sweep makes sure the queue directory dir has its sweeper, one per queue
-// for the session's life, however many of its slots were retired. An
+// sweep runs the sweeper of the queue directory dir, one per queue for the
+// session's life, however many of its slots were retired. An
 // enqueue whose reply was lost may be applied after any delete of ours
 // (etcd gives no bound), and the session's lease would then keep a ghost key
 // in the queue, ahead of every later waiter, until the session ends. The
@@ -224,9 +225,6 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 // request writes it. Once the session ends its lease is gone, and a late
 // enqueue on it fails.
 func sweep(s *Session, dir string) {
-	if !s.Keys.Sweep(dir) {
-		return
-	}
 	s.Go(func() {
 		for wait := retry.MinBackoff; s.Life.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
 			if sweepOnce(s, dir) {

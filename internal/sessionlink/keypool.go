@@ -7,15 +7,20 @@ import "sync"
 // deleted key in its index until a compaction, and every range over the
 // name walks it: with a key per call, a name locked N times costs every
 // later acquire O(N); with reuse, one entry per session and concurrent call.
-// Its size is bounded whatever the session's age: the slots in use, plus at
-// most MaxFreeQueues queues' finished slots (MaxFreePerQueue each), plus one
-// mark per queue that has a sweeper. The zero KeyPool is ready to use.
+// A queue none of whose slots was ever retired needs no memory for that:
+// every slot it handed out is in use or known deleted, so it hands out the
+// lowest slot not in use, however many queues the session has touched.
+// Only a queue with a retired slot (one with a sweeper) keeps its finished
+// slots, and takes new ones above every slot handed out so far. Its size is
+// bounded whatever the session's age: the slots in use, plus at most
+// MaxFreeQueues queues' finished slots (MaxFreePerQueue each), plus one mark
+// per queue that has a sweeper. The zero KeyPool is ready to use.
 type KeyPool struct {
 	mu    sync.Mutex
 	free  map[string][]uint64 // guarded by mu: finished slots, per queue prefix
 	inUse map[slotOf]struct{} // guarded by mu: slots handed out and not yet back
-	swept map[string]bool     // guarded by mu: queues with a sweeper running
-	next  uint64              // guarded by mu: the next slot never handed out
+	swept map[string]bool     // guarded by mu: queues with a retired slot, and so a sweeper
+	next  uint64              // guarded by mu: the highest slot handed out, in any queue
 }
 
 // slotOf is one slot of one queue; one map of them, not a map per queue,
@@ -26,9 +31,8 @@ type slotOf struct {
 }
 
 const (
-	// MaxFreeQueues bounds the queues whose finished slots are kept for
-	// reuse: a session that locks many names once each would otherwise keep
-	// a slot per name for life. A queue dropped from the pool costs its next
+	// MaxFreeQueues bounds the queues with a retired slot whose finished
+	// slots are kept for reuse. A queue dropped from the pool costs its next
 	// acquire a new slot, one more deleted key until etcd compacts.
 	MaxFreeQueues = 1024
 	// MaxFreePerQueue bounds one queue's finished slots: as many as the
@@ -37,19 +41,25 @@ const (
 )
 
 // Get returns a slot for a new key under prefix that no live call of this
-// session uses, and marks it in use until Put or Retire.
+// session uses, and that no request of it can still write, and marks it in
+// use until Put or Retire.
 func (p *KeyPool) Get(prefix string) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var slot uint64
-	if f := p.free[prefix]; len(f) > 0 {
+	switch f := p.free[prefix]; {
+	case len(f) > 0:
 		slot = f[len(f)-1]
 		if len(f) == 1 {
 			delete(p.free, prefix)
 		} else {
 			p.free[prefix] = f[:len(f)-1]
 		}
-	} else {
+	case !p.swept[prefix]:
+		for slot = 1; p.used(prefix, slot); slot++ {
+		}
+		p.next = max(p.next, slot)
+	default: // a retired slot of this queue may be any one up to next
 		p.next++
 		slot = p.next
 	}
@@ -68,6 +78,8 @@ func (p *KeyPool) Put(prefix string, slot uint64) {
 	p.done(prefix, slot)
 	f, ok := p.free[prefix]
 	switch {
+	case !p.swept[prefix]: // Get finds it by itself
+		return
 	case len(f) >= MaxFreePerQueue:
 		return
 	case !ok && len(p.free) >= MaxFreeQueues:
@@ -84,10 +96,20 @@ func (p *KeyPool) Put(prefix string, slot uint64) {
 
 // Retire ends the use of slot without handing it back: its key may yet be
 // written again by a request whose reply was lost, so it is never reused.
-func (p *KeyPool) Retire(prefix string, slot uint64) {
+// It reports whether slot is the queue's first retired one: the caller
+// then starts the queue's one sweeper.
+func (p *KeyPool) Retire(prefix string, slot uint64) (first bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done(prefix, slot)
+	if p.swept[prefix] {
+		return false
+	}
+	if p.swept == nil {
+		p.swept = map[string]bool{}
+	}
+	p.swept[prefix] = true
+	return true
 }
 
 // done marks slot no longer in use; mu is held.
@@ -99,23 +121,13 @@ func (p *KeyPool) done(prefix string, slot uint64) {
 func (p *KeyPool) InUse(prefix string, slot uint64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.inUse[slotOf{prefix, slot}]
-	return ok
+	return p.used(prefix, slot)
 }
 
-// Sweep marks prefix as swept and reports whether it was not yet: the
-// caller then starts its one sweeper.
-func (p *KeyPool) Sweep(prefix string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.swept[prefix] {
-		return false
-	}
-	if p.swept == nil {
-		p.swept = map[string]bool{}
-	}
-	p.swept[prefix] = true
-	return true
+// used is InUse with mu held.
+func (p *KeyPool) used(prefix string, slot uint64) bool {
+	_, ok := p.inUse[slotOf{prefix, slot}]
+	return ok
 }
 
 // Size returns the number of queues with finished slots kept, of slots in

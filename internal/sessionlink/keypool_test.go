@@ -10,8 +10,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// A finished slot is reused on its queue only; a retired one never; each
-// is in use from Get until Put or Retire.
+// A queue with no retired slot hands out its lowest slot not in use, and
+// keeps nothing once its slots are back; each slot is in use from Get until
+// Put or Retire.
 func TestKeyPoolReuse(t *testing.T) {
 	var p sessionlink.KeyPool
 	a, b := p.Get("q/"), p.Get("q/")
@@ -19,18 +20,53 @@ func TestKeyPoolReuse(t *testing.T) {
 		t.Fatalf("two live slots %d, %d", a, b)
 	}
 	p.Put("q/", a)
-	p.Retire("q/", b)
-	if p.InUse("q/", a) || p.InUse("q/", b) {
-		t.Fatal("slots still in use after Put and Retire")
-	}
-	if c := p.Get("other/"); c == a || c == b {
-		t.Fatalf("another queue got slot %d", c)
+	if p.InUse("q/", a) {
+		t.Fatal("slot still in use after Put")
 	}
 	if c := p.Get("q/"); c != a {
 		t.Fatalf("Get after Put = %d, want the finished %d", c, a)
 	}
-	if c := p.Get("q/"); c == b {
-		t.Fatalf("the retired slot %d was handed out again", b)
+	for i := range 3 * sessionlink.MaxFreeQueues {
+		q := fmt.Sprint("many", i, "/")
+		if c := p.Get(q); c != a {
+			t.Fatalf("queue %q: first slot %d, want %d as on every queue", q, c, a)
+		}
+		p.Put(q, a)
+	}
+	if free, _, _ := p.Size(); free != 0 {
+		t.Fatalf("%d queues with finished slots kept, want none", free)
+	}
+}
+
+// A retired slot is never handed out again on its queue, which from then on
+// keeps its finished slots and takes new ones above every slot handed out;
+// other queues go on as before.
+func TestKeyPoolRetire(t *testing.T) {
+	var p sessionlink.KeyPool
+	a, b, c := p.Get("q/"), p.Get("q/"), p.Get("q/")
+	if !p.Retire("q/", a) {
+		t.Fatal("the queue's first Retire did not report it")
+	}
+	if p.InUse("q/", a) {
+		t.Fatal("slot still in use after Retire")
+	}
+	p.Put("q/", c)
+	seen := map[uint64]bool{b: true}
+	for range 2 * sessionlink.MaxFreePerQueue {
+		n := p.Get("q/")
+		if n == a || seen[n] {
+			t.Fatalf("Get handed out slot %d again (retired %d, live %v)", n, a, seen)
+		}
+		seen[n] = true
+	}
+	if !seen[c] {
+		t.Fatalf("the finished slot %d was not reused", c)
+	}
+	if p.Retire("q/", b) {
+		t.Fatal("a second Retire on the queue reported itself first")
+	}
+	if n := p.Get("other/"); n != a {
+		t.Fatalf("another queue's first slot = %d, want %d", n, a)
 	}
 }
 
@@ -41,6 +77,7 @@ func TestKeyPoolBounded(t *testing.T) {
 	var p sessionlink.KeyPool
 	for i := range 3 * sessionlink.MaxFreeQueues {
 		q := fmt.Sprint("q", i, "/")
+		p.Retire(q, p.Get(q))
 		var slots []uint64
 		for range 2 * sessionlink.MaxFreePerQueue {
 			slots = append(slots, p.Get(q))
@@ -50,18 +87,7 @@ func TestKeyPoolBounded(t *testing.T) {
 		}
 	}
 	free, inUse, swept := p.Size()
-	if free > sessionlink.MaxFreeQueues || inUse != 0 || swept != 0 {
+	if free > sessionlink.MaxFreeQueues || inUse != 0 || swept != 3*sessionlink.MaxFreeQueues {
 		t.Fatalf("size %d, %d, %d", free, inUse, swept)
-	}
-}
-
-// Sweep reports true once per queue: one sweeper each.
-func TestKeyPoolSweepOnce(t *testing.T) {
-	var p sessionlink.KeyPool
-	if !p.Sweep("q/") || p.Sweep("q/") || !p.Sweep("r/") {
-		t.Fatal("Sweep did not report each queue's first call only")
-	}
-	if _, _, swept := p.Size(); swept != 2 {
-		t.Fatalf("%d swept queues, want 2", swept)
 	}
 }
