@@ -67,17 +67,7 @@ func TestManyNamesKeepPoolBounded(t *testing.T) {
 	c := fencingtest.Single(t)
 	s := fencingtest.Session(t, c.Client(t))
 	names := sessionlink.MaxFreeQueues + 200
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < names; i += 8 {
-				if !lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).TryLock) {
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	eachName(names, func(i int) bool { return lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).TryLock) })
 	if free, inUse, swept := fencing.KeyPoolSize(s); free > sessionlink.MaxFreeQueues || inUse != 0 || swept != 0 {
 		t.Errorf("key pool after %d names: %d queues with free slots, %d in use, %d swept; want at most %d, 0, 0",
 			names, free, inUse, swept, sessionlink.MaxFreeQueues)
@@ -95,29 +85,40 @@ func TestManyNamesReuseKeys(t *testing.T) {
 	names := sessionlink.MaxFreeQueues + 200
 	keys := make([]string, names)
 	for pass := range 2 {
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Go(func() {
-				for i := w; i < names; i += 8 {
-					h, err := fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).Lock(fencingtest.Context(t, wait))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if pass == 0 {
-						keys[i] = h.Key()
-					} else if h.Key() != keys[i] {
-						t.Errorf("name %d locked with key %q, then %q", i, keys[i], h.Key())
-					}
-					if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		eachName(names, func(i int) bool {
+			h, err := fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).Lock(fencingtest.Context(t, wait))
+			if err != nil {
+				t.Error(err)
+				return false
+			}
+			if pass == 0 {
+				keys[i] = h.Key()
+			} else if h.Key() != keys[i] {
+				t.Errorf("name %d locked with key %q, then %q", i, keys[i], h.Key())
+			}
+			if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+				t.Error(err)
+				return false
+			}
+			return true
+		})
 	}
+}
+
+// eachName runs f for names 0 to names-1 from 8 goroutines, each taking
+// every eighth name until f returns false, and returns once all have.
+func eachName(names int, f func(i int) bool) {
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < names; i += 8 {
+				if !f(i) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // lockUnlock takes a hold with lock and releases it, and reports whether

@@ -47,19 +47,20 @@ func (p *KeyPool) Get(prefix string) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var slot uint64
-	switch f := p.free[prefix]; {
-	case len(f) > 0:
+	if !p.swept[prefix] {
+		// No slot of this queue was retired, and so none kept: the lowest
+		// slot not in use is known deleted.
+		for slot = 1; p.used(prefix, slot); slot++ {
+		}
+		p.next = max(p.next, slot)
+	} else if f := p.free[prefix]; len(f) > 0 {
 		slot = f[len(f)-1]
 		if len(f) == 1 {
 			delete(p.free, prefix)
 		} else {
 			p.free[prefix] = f[:len(f)-1]
 		}
-	case !p.swept[prefix]:
-		for slot = 1; p.used(prefix, slot); slot++ {
-		}
-		p.next = max(p.next, slot)
-	default: // a retired slot of this queue may be any one up to next
+	} else { // a retired slot of this queue may be any one up to next
 		p.next++
 		slot = p.next
 	}
@@ -76,10 +77,11 @@ func (p *KeyPool) Put(prefix string, slot uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done(prefix, slot)
+	if !p.swept[prefix] {
+		return // Get finds it by itself
+	}
 	f, ok := p.free[prefix]
 	switch {
-	case !p.swept[prefix]: // Get finds it by itself
-		return
 	case len(f) >= MaxFreePerQueue:
 		return
 	case !ok && len(p.free) >= MaxFreeQueues:
