@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
-	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
@@ -38,20 +37,27 @@ type candidacy struct {
 
 	stop context.CancelFunc
 	done chan struct{} // closed when the watch has returned
+
+	// The first campaign's enqueue writes the record (firstWrite); first is
+	// closed once it has answered, or will not, and wrote says whether the
+	// record went with it.
+	first     chan struct{}
+	firstOnce sync.Once
+	wrote     bool
 }
 
-// join starts this replica's candidacy for name on s: it writes the
-// record and reads the others' in one txn, then follows them until leave or
-// the session ends. It returns at once, so the first campaign's enqueue goes
-// out with that txn, not after it: until the read answers, the view is
-// empty and this replica ranks as preferred. That is safe because the view
-// only steers who campaigns (a term won is checked against the records read
-// in its own txn, see readRecords), and the usual case is a replica the
-// others give way to, whose key is then already queued.
+// join starts this replica's candidacy for name on s, and follows the
+// others' records until leave or the session ends. The record goes out with
+// the first campaign's enqueue, in its txn (firstWrite): the record and the
+// queue key appear at one revision, so a leader that gives way sees both at
+// once. Until that txn answers, the view is empty and this replica ranks as
+// preferred. That is safe because the view only steers who campaigns (a
+// term won is checked against the records read in its own txn, see
+// readRecords), and the usual case is a replica the others give way to.
 func join(s *fencing.Session, name string, rank []int64, drain *Drain, log *slog.Logger) *candidacy {
 	l := sessionlink.Of(s.Context())
 	prefix := keyspace.Prefix(l.Root, string(fencing.KindCandidate), name)
-	c := &candidacy{link: l, prefix: prefix, drain: drain, log: log, changed: make(chan struct{}), done: make(chan struct{}),
+	c := &candidacy{link: l, prefix: prefix, drain: drain, log: log, changed: make(chan struct{}), done: make(chan struct{}), first: make(chan struct{}),
 		self: prefer.Record{Key: prefix + l.KeyStem + "0", ID: l.Identity, Priority: rank}}
 	var draining <-chan struct{}
 	if drain != nil {
@@ -62,6 +68,38 @@ func join(s *fencing.Session, name string, rank []int64, drain *Drain, log *slog
 	go c.follow(wctx, c.open(wctx), draining)
 	return c
 }
+
+// firstWrite returns the writes and the callback of the first campaign's
+// enqueue (revqueue.Queue's With and Wrote), then nils: later campaigns
+// leave the record to follow.
+func (c *candidacy) firstWrite() ([]clientv3.Op, func([]*etcdserverpb.ResponseOp, int64)) {
+	select {
+	case <-c.first:
+		return nil, nil
+	default:
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	put := clientv3.OpPut(c.self.Key, prefer.Encode(c.self), clientv3.WithLease(c.link.Lease))
+	return []clientv3.Op{put}, c.enqueued
+}
+
+// enqueued takes the records read in the txn that wrote the record with
+// the first enqueue, at rev; none if an earlier txn of it did, whose reply
+// was lost (follow's read then fills the view).
+func (c *candidacy) enqueued(also []*etcdserverpb.ResponseOp, rev int64) {
+	if len(also) == 1 && also[0].GetResponseRange() != nil {
+		c.replace(also[0].GetResponseRange().Kvs, rev)
+	}
+	c.mu.Lock()
+	c.wrote = true
+	c.mu.Unlock()
+	c.firstDone()
+}
+
+// firstDone tells follow that the first campaign's enqueue has answered,
+// or will not: if it did not write the record, follow does.
+func (c *candidacy) firstDone() { c.firstOnce.Do(func() { close(c.first) }) }
 
 // open makes a watch of the records from now on, in a goroutine, while the
 // caller reads them: not a watch from the read's revision, which etcd
@@ -230,12 +268,16 @@ func (c *candidacy) read(ctx context.Context, put bool) error {
 // record again when the drain changes or someone deleted it, until ctx ends.
 func (c *candidacy) follow(ctx context.Context, made <-chan clientv3.WatchChan, draining <-chan struct{}) {
 	defer close(c.done)
-	if err := c.read(ctx, true); err != nil && ctx.Err() == nil {
-		if refused(err) {
-			c.fail(err)
-		} else {
-			c.log.Warn("writing the candidate record failed", "err", err)
-		}
+	select {
+	case <-c.first:
+	case <-ctx.Done():
+		return
+	}
+	c.mu.Lock()
+	wrote := c.wrote
+	c.mu.Unlock()
+	if !wrote { // else the enqueue's txn wrote the record and read the others
+		c.write(ctx)
 	}
 	for {
 		wch := <-made // ctx's end ends the wait
@@ -254,6 +296,18 @@ func (c *candidacy) follow(ctx context.Context, made <-chan clientv3.WatchChan, 
 		made = c.open(ctx)
 		if err := c.read(ctx, false); err == nil {
 			draining = c.sync(ctx, draining)
+		}
+	}
+}
+
+// write writes the record and reads the others; a refusal fails the
+// candidacy.
+func (c *candidacy) write(ctx context.Context) {
+	if err := c.read(ctx, true); err != nil && ctx.Err() == nil {
+		if refused(err) {
+			c.fail(err)
+		} else {
+			c.log.Warn("writing the candidate record failed", "err", err)
 		}
 	}
 }
@@ -347,85 +401,4 @@ func (c *candidacy) set(key string, value []byte) {
 func (c *candidacy) notify() {
 	close(c.changed)
 	c.changed = make(chan struct{})
-}
-
-// handoffWait bounds how long a leader that gives way waits for a preferred
-// candidate to queue next: one that never does (its campaigns fail) delays
-// the handover by no more than this.
-const handoffWait = 2 * time.Second
-
-// awaitSuccessor waits, up to handoffWait, until the candidate queued right
-// behind t is a preferred one. Resigning then hands the name straight to it,
-// not to a lower candidate that has yet to see the preferred one's record
-// and withdraw (it would lead for a moment, then give way in turn).
-func (c *candidacy) awaitSuccessor(ctx context.Context, t *Term) {
-	ctx, cancel := context.WithTimeout(ctx, handoffWait)
-	defer cancel()
-	queue := keyspace.Prefix(c.link.Root, string(fencing.KindElection), t.Token().Name)
-	// The watch is made while the first read goes out, not from the read's
-	// revision (caught up only every 100 ms): a watch created past the read
-	// reads again, for the enqueue that may have landed in between.
-	// clientv3's Watch returns only once the server has created the watch,
-	// and the resign must not wait for that: the session owns the goroutine,
-	// which returns as ctx ends.
-	made := make(chan clientv3.WatchChan, 1)
-	if !c.link.Go(func() { made <- c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) }) {
-		return // the session has ended: nothing to hand over
-	}
-	var wch clientv3.WatchChan
-	read, readRev, alone := true, int64(0), false
-	for ctx.Err() == nil {
-		if read {
-			resp, err := c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
-			if err != nil {
-				retry.Pause(ctx, retry.MinBackoff)
-				continue
-			}
-			if len(resp.Kvs) == 2 && c.isPreferred(resp.Kvs[1].Lease) {
-				return
-			}
-			read, readRev, alone = false, resp.Header.Revision, len(resp.Kvs) == 1
-		}
-		_, changed := c.preferred()
-		select {
-		case wch = <-made:
-			made = nil
-		case resp, ok := <-wch:
-			if !ok {
-				return
-			}
-			if resp.Created {
-				read = resp.Header.Revision > readRev
-				continue
-			}
-			// The watch has every event after readRev. With t's key alone
-			// then, the first key created since is right behind it.
-			if next := firstCreated(resp.Events, readRev); alone && next != nil && c.isPreferred(next.Lease) {
-				return
-			}
-			read = true
-		case <-changed:
-			read = true
-		case <-ctx.Done():
-		}
-	}
-}
-
-// firstCreated returns the first key created in evs after rev, or nil.
-func firstCreated(evs []*clientv3.Event, rev int64) *mvccpb.KeyValue {
-	for _, ev := range evs {
-		if ev.IsCreate() && ev.Kv.ModRevision > rev {
-			return ev.Kv
-		}
-	}
-	return nil
-}
-
-// isPreferred reports whether a queue key on lease is a preferred
-// candidate's: its session's record is live and nothing ranks above it.
-func (c *candidacy) isPreferred(lease int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.records[c.prefix+keyspace.Stem(lease)+"0"]
-	return ok && prefer.Preferred(c.records, r)
 }

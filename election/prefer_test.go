@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -515,4 +517,56 @@ func TestPriorityWithoutCandidatePermission(t *testing.T) {
 	if err := <-leader; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A ranked replica's record goes out in its first enqueue's txn: the record
+// and the queue key are created at one revision, so a leader sees the
+// preferred candidate queued the moment it sees its record. With that
+// txn's reply lost, the retry finds the key, and with it the record, already
+// written: the replica still ranks, and leads.
+func TestPreferredRecordGoesWithEnqueue(t *testing.T) {
+	c := fencingtest.Single(t)
+	queue := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindElection), fleetName)
+	for name, fault := range map[string]fencingtest.Fault{"answered": fencingtest.Pass, "reply lost": fencingtest.LoseReply} {
+		t.Run(name, func(t *testing.T) {
+			f := newFleet(t, c)
+			f.start("low", nil, election.Priority(1))
+			f.waitLeader("low")
+			var hit atomic.Bool
+			r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+				if fencingtest.PutsUnder(req, queue) && hit.CompareAndSwap(false, true) {
+					return fault
+				}
+				return fencingtest.Pass
+			}}
+			f.start("high", c.Client(t, r.Option()), election.Priority(2))
+			f.waitLeader("high")
+			var record, key int64
+			for _, cand := range c.Queue(t, fencing.KindElection, fleetName).Candidates {
+				if cand.ID == "high" {
+					record = createRevision(t, c, cand.Key)
+				}
+			}
+			for _, e := range c.Queue(t, fencing.KindElection, fleetName).Entries {
+				if e.Value == "high" {
+					key = e.Token.Revision
+				}
+			}
+			if record == 0 || record != key {
+				t.Fatalf("high's record created at revision %d, its queue key at %d; want one txn", record, key)
+			}
+			f.check("low", "high")
+			f.stop("high")
+			f.stop("low")
+		})
+	}
+}
+
+func createRevision(t *testing.T, c *fencingtest.Cluster, key string) int64 {
+	t.Helper()
+	resp, err := c.Admin.Get(fencingtest.Context(t, wait), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("get %s: %v, %v", key, resp, err)
+	}
+	return resp.Kvs[0].CreateRevision
 }

@@ -229,6 +229,9 @@ type runner struct {
 	// handoff, when set, runs before a resign with a reason: Run waits for
 	// the preferred candidate to queue next.
 	handoff func(context.Context, *Term)
+	// succ follows who queues right behind the term a ranked replica
+	// leads, from its work's start until lead returns.
+	succ *successor
 }
 
 func (r *runner) loop(ctx context.Context) error {
@@ -256,6 +259,12 @@ func (r *runner) lead(ctx context.Context, t *Term) (again bool, _ error) {
 	if r.cand == nil {
 		return r.next(ctx, r.serve(ctx, t))
 	}
+	defer func() {
+		if r.succ != nil {
+			r.succ.stop()
+			r.succ = nil
+		}
+	}()
 	pctx, done := r.cand.whilePreferred(ctx)
 	res := r.serve(pctx, t)
 	preempted := errors.Is(context.Cause(pctx), ErrPreempted)
@@ -309,7 +318,7 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 	}
 	if r.cand == nil {
 		r.cand = join(r.s, r.name, r.cfg.rank(), r.cfg.drain, r.log)
-		r.handoff = r.cand.awaitSuccessor
+		r.handoff = r.handOff
 	}
 	return r.campaignRanked(ctx, e)
 }
@@ -319,12 +328,15 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 // appeared is resigned before any work starts.
 func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error) {
 	e.q.Also = []clientv3.Op{r.cand.readRecords()}
+	defer r.cand.firstDone() // if no campaign wrote the record, follow does
 	for {
 		if err := r.untilPreferred(ctx); err != nil {
 			return nil, err
 		}
 		pctx, done := r.cand.whilePreferred(ctx)
+		e.q.With, e.q.Wrote = r.cand.firstWrite()
 		t, err := e.Campaign(pctx, r.value)
+		r.cand.firstDone()
 		preempted := errors.Is(context.Cause(pctx), ErrPreempted)
 		done()
 		if ferr := r.cand.failed(); ferr != nil {
@@ -351,6 +363,19 @@ func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error)
 		}
 		r.giveWay(ctx, t, r.cand.preemption())
 	}
+}
+
+// handOff waits, up to handoffWait, until the candidate queued right behind
+// t is a preferred one: known already for a term that ran work (lead
+// follows it from the start), found by a read and a watch for one resigned
+// before.
+func (r *runner) handOff(ctx context.Context, t *Term) {
+	s := r.succ
+	if s == nil || s.t != t {
+		s = r.cand.successor(t)
+		defer s.stop()
+	}
+	s.await(ctx)
 }
 
 // untilPreferred waits until no live candidate ranks above this replica,
@@ -448,6 +473,11 @@ func (r *runner) runWork(ctx context.Context, t *Term) (res served) {
 	// watch that starts there arms with no read before work starts.
 	wctx, stop := ownwatch.Watch(ctx, t.own.Owner())
 	defer stop()
+	if r.cand != nil {
+		// Once the term is armed, not before: its read and watch would
+		// delay the arming, and work's start with it.
+		r.succ = r.cand.successor(t)
+	}
 	if h := r.cfg.health; h != nil {
 		defer h.Track(wctx, t)() // also if work panics
 	}

@@ -47,6 +47,13 @@ type Queue struct {
 	// results are the Entry's Also. Only the plain queue's Enqueue and
 	// Wait make them.
 	Also []clientv3.Op
+	// With are writes made in the txn that writes an entry's key, only when
+	// it does, ahead of Also (whose reads see them); Wrote, if set, is told
+	// of each such txn (Also's results and its revision), and of each that
+	// found the key written by an earlier one, whose reply was lost (with
+	// no results).
+	With  []clientv3.Op
+	Wrote func(also []*etcdserverpb.ResponseOp, rev int64)
 }
 
 // Entry is one waiter's place in a queue.
@@ -117,22 +124,27 @@ func (q Queue) Enqueue(ctx context.Context, key, value string, lease clientv3.Le
 // confirm placed it, with no keys.
 func (q Queue) put(ctx context.Context, key, value string, lease clientv3.LeaseID, n int64,
 	confirm func(*Entry) func(context.Context, bool) error) (*Entry, *etcdserverpb.RangeResponse, error) {
-	resp, err := q.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(append([]clientv3.Op{
+	ops := append([]clientv3.Op{
 		clientv3.OpPut(key, value, clientv3.WithLease(lease)),
 		// Within a txn, reads see its writes: our key is the newest, so the
 		// n newest keys are ours and those just ahead of it. A sorted range
 		// counts every key before the limit: Count is the queue's length.
 		clientv3.OpGet(q.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(n)),
-	}, q.Also...)...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+	}, q.With...)
+	resp, err := q.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(append(ops, q.Also...)...).
+		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return nil, nil, err
 	}
 	if !resp.Succeeded {
+		if q.Wrote != nil {
+			q.Wrote(nil, 0)
+		}
 		e, err := q.rejoin(ctx, resp, confirm)
 		return e, nil, err
 	}
-	if err := shape(resp, 2+len(q.Also)); err != nil {
+	if err := shape(resp, len(ops)+len(q.Also)); err != nil {
 		return nil, nil, err
 	}
 	rr := resp.Responses[1].GetResponseRange()
@@ -140,7 +152,10 @@ func (q Queue) put(ctx context.Context, key, value string, lease clientv3.LeaseI
 		return nil, nil, fmt.Errorf("revqueue: enqueue %q: own key not newest in queue", key)
 	}
 	e := &Entry{Key: key, Rev: rr.Kvs[0].CreateRevision, readRev: resp.Header.Revision}
-	e.also(resp, 2)
+	e.also(resp, len(ops))
+	if q.Wrote != nil {
+		q.Wrote(e.Also, e.AlsoRev)
+	}
 	return e, rr, nil
 }
 
