@@ -101,16 +101,26 @@ func (c *candidacy) enqueued(also []*etcdserverpb.ResponseOp, rev int64) {
 // or will not: if it did not write the record, follow does.
 func (c *candidacy) firstDone() { c.firstOnce.Do(func() { close(c.first) }) }
 
-// open makes a watch of the records from now on, in a goroutine, while the
-// caller reads them: not a watch from the read's revision, which etcd
-// catches up only every 100 ms, and a handover would wait for. The channel
-// yields the watch once etcd has created it (clientv3's Watch returns only
-// then), or a closed one once ctx ends; arm then checks it began in time.
+// open makes a watch of the records from now on (see watchFromNow), which
+// fails when etcd has no leader.
 func (c *candidacy) open(ctx context.Context) <-chan clientv3.WatchChan {
+	return c.watchFromNow(clientv3.WithRequireLeader(ctx), c.prefix)
+}
+
+// watchFromNow makes a watch of prefix from now on, in a goroutine the
+// session owns, while the caller reads: not a watch from the read's
+// revision, which etcd catches up only every 100 ms, and a handover would
+// wait for. The channel yields the watch once etcd has created it
+// (clientv3's Watch returns only then, and a resign must not wait for
+// that), or a closed one once ctx or the session ends; the caller then
+// checks it began in time (arm).
+func (c *candidacy) watchFromNow(ctx context.Context, prefix string) <-chan clientv3.WatchChan {
 	made := make(chan clientv3.WatchChan, 1)
-	go func() {
-		made <- c.link.Client.Watch(clientv3.WithRequireLeader(ctx), c.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	}()
+	if !c.link.Go(func() { made <- c.link.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) }) {
+		closed := make(chan clientv3.WatchResponse)
+		close(closed)
+		made <- closed
+	}
 	return made
 }
 

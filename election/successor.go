@@ -80,10 +80,9 @@ func (s *successor) set(ready bool) {
 // read. The candidate records' changes are seen through c's view.
 func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 	queue := keyspace.Prefix(c.link.Root, string(fencing.KindElection), t.Token().Name)
-	// The watch is made while the first read goes out, not from the read's
-	// revision (caught up only every 100 ms): a watch created past the read
-	// reads again, for the enqueue that may have landed in between.
-	made := c.openQueue(ctx, queue)
+	// A watch created past the read reads again, for the enqueue that may
+	// have landed in between.
+	made := c.watchFromNow(ctx, queue)
 	var wch clientv3.WatchChan
 	var next *mvccpb.KeyValue // right behind t's key, as of readRev and the events since
 	read, readRev := true, int64(0)
@@ -115,7 +114,7 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 			case ctx.Err() != nil:
 			case !ok || resp.Canceled || resp.Err() != nil:
 				retry.Pause(ctx, retry.MinBackoff)
-				wch, made, read = nil, c.openQueue(ctx, queue), true
+				wch, made, read = nil, c.watchFromNow(ctx, queue), true
 			case resp.Created:
 				read = resp.Header.Revision > readRev
 			default:
@@ -125,16 +124,6 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 		case <-ctx.Done():
 		}
 	}
-}
-
-// openQueue makes a watch of queue from now on, in a goroutine the session
-// owns: clientv3's Watch returns only once the server has created the watch,
-// and a resign must not wait for that. The channel yields a closed one once
-// ctx ends.
-func (c *candidacy) openQueue(ctx context.Context, queue string) <-chan clientv3.WatchChan {
-	made := make(chan clientv3.WatchChan, 1)
-	c.link.Go(func() { made <- c.link.Client.Watch(ctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) })
-	return made
 }
 
 // behind applies a queue's events after rev to next, the key right behind
