@@ -101,10 +101,9 @@ func (c *candidacy) enqueued(also []*etcdserverpb.ResponseOp, rev int64) {
 // or will not: if it did not write the record, follow does.
 func (c *candidacy) firstDone() { c.firstOnce.Do(func() { close(c.first) }) }
 
-// open makes a watch of the records from now on (see watchFromNow), which
-// fails when etcd has no leader.
+// open makes a watch of the records from now on (see watchFromNow).
 func (c *candidacy) open(ctx context.Context) <-chan clientv3.WatchChan {
-	return c.watchFromNow(clientv3.WithRequireLeader(ctx), c.prefix)
+	return c.watchFromNow(ctx, c.prefix)
 }
 
 // watchFromNow makes a watch of prefix from now on, in a goroutine the
@@ -113,9 +112,12 @@ func (c *candidacy) open(ctx context.Context) <-chan clientv3.WatchChan {
 // wait for. The channel yields the watch once etcd has created it
 // (clientv3's Watch returns only then, and a resign must not wait for
 // that), or a closed one once ctx or the session ends; the caller then
-// checks it began in time (arm).
+// checks it began in time (arm). The watch fails when its member has no
+// raft leader: a member cut off from the quorum would otherwise keep it
+// open and silent while the session renews through another member.
 func (c *candidacy) watchFromNow(ctx context.Context, prefix string) <-chan clientv3.WatchChan {
 	made := make(chan clientv3.WatchChan, 1)
+	ctx = clientv3.WithRequireLeader(ctx)
 	if !c.link.Go(func() { made <- c.link.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) }) {
 		closed := make(chan clientv3.WatchResponse)
 		close(closed)

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -569,4 +570,40 @@ func createRevision(t *testing.T, c *fencingtest.Cluster, key string) int64 {
 		t.Fatalf("get %s: %v, %v", key, resp, err)
 	}
 	return resp.Kvs[0].CreateRevision
+}
+
+// A ranked leader's watches of the candidates' records and of who queues
+// behind it fail when its member loses the raft quorum (they require a
+// leader), and are made again: once the quorum is back, a preferred
+// candidate that queues behind the leader is seen as its successor.
+func TestRankedLeaderFollowsSuccessorAcrossLostQuorum(t *testing.T) {
+	c := fencingtest.Three(t)
+	var ctr etcdtest.Counter
+	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
+	s := newSession(t, cli, fencing.WithTTL(30*time.Second))
+	term := campaign(t, newElection(t, s, fleetName), "low")
+	ready, stop := election.FollowSuccessor(s, fleetName, term, 1)
+	defer stop()
+	// The records' watch and the queue's: both made, both to be made again.
+	fencingtest.WaitFor(t, wait, "the leader's watches", func() bool { return ctr.Requests("Watch") >= 2 })
+	streams := ctr.Streams("Watch")
+	c.Stop(1)
+	c.Stop(2)
+	// etcd cancels them after a few election timeouts without a leader;
+	// a new stream is refused until the quorum is back.
+	fencingtest.WaitFor(t, wait, "the watches to be cancelled and made again", func() bool { return ctr.Streams("Watch") > streams })
+	c.Restart(t, 1)
+	c.Restart(t, 2)
+	c.WaitLeader(t)
+	if ready() {
+		t.Fatal("a successor seen with nobody queued behind the leader")
+	}
+	f := newFleet(t, c)
+	f.start("high", nil, election.Priority(2))
+	f.waitQueued("high")
+	fencingtest.WaitFor(t, wait, "the leader to see its preferred successor", ready)
+	if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	f.waitLeader("high")
 }
