@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -17,8 +18,10 @@ import (
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // fleet runs ranked Run replicas of one name, each on its own client, and
@@ -606,4 +609,95 @@ func TestRankedLeaderFollowsSuccessorAcrossLostQuorum(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitLeader("high")
+}
+
+// A leader whose watch of the candidates' records is created only after a
+// preferred candidate wrote its record still sees that record: the watch
+// began past the leader's last read, so the leader reads again (arm).
+func TestRankedLeaderSeesRecordWrittenBeforeItsWatch(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	h := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindCandidate), fleetName))
+	f.start("low", c.Client(t, h.option()), election.Priority(1))
+	<-h.held
+	f.waitLeader("low")
+	f.start("high", nil, election.Priority(2))
+	f.waitQueued("high")
+	close(h.release)
+	f.waitLeader("high")
+	f.check("low", "high")
+	if n := f.preempted("low"); n != 1 {
+		t.Fatalf("low's works preempted: %d, want 1", n)
+	}
+}
+
+// A ranked leader whose watch of the queue is created only after a
+// preferred candidate queued behind it still sees that candidate as its
+// successor: the watch began past the leader's read of the queue, so it
+// reads again.
+func TestSuccessorSeesEnqueueBeforeItsWatch(t *testing.T) {
+	c := fencingtest.Single(t)
+	h := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindElection), fleetName))
+	s := newSession(t, c.Client(t, h.option()))
+	term := campaign(t, newElection(t, s, fleetName), "low")
+	ready, stop := election.FollowSuccessor(s, fleetName, term, 1)
+	defer stop()
+	<-h.held
+	f := newFleet(t, c)
+	f.start("high", nil, election.Priority(2))
+	f.waitQueued("high")
+	if ready() {
+		t.Fatal("a successor seen before the leader read or watched it")
+	}
+	close(h.release)
+	fencingtest.WaitFor(t, wait, "the leader to see its preferred successor", ready)
+	if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	f.waitLeader("high")
+}
+
+// heldWatch holds a client's request to watch key until release is closed
+// (held is closed when it first does). clientv3 sends its watch requests
+// in order on one stream, so the ones that come after wait too.
+type heldWatch struct {
+	key     string
+	once    sync.Once
+	held    chan struct{}
+	release chan struct{}
+}
+
+func newHeldWatch(key string) *heldWatch {
+	return &heldWatch{key: key, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *heldWatch) option() fencingtest.ClientOption {
+	return func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainStreamInterceptor(
+			func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+				streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				cs, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil || path.Base(method) != "Watch" {
+					return cs, err
+				}
+				return heldStream{cs, h}, nil
+			}))
+	}
+}
+
+type heldStream struct {
+	grpc.ClientStream
+	h *heldWatch
+}
+
+func (s heldStream) SendMsg(m any) error {
+	if r, ok := m.(*etcdserverpb.WatchRequest); ok && string(r.GetCreateRequest().GetKey()) == s.h.key {
+		s.h.once.Do(func() { close(s.h.held) })
+		select {
+		case <-s.h.release:
+		case <-s.Context().Done():
+			return s.Context().Err()
+		}
+	}
+	return s.ClientStream.SendMsg(m)
 }
