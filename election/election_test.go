@@ -272,6 +272,24 @@ func TestObserveReportsUnreachable(t *testing.T) {
 	}
 }
 
+// A term whose client is closed is over: its context ends, Resign fails at
+// once (clientv3 retries a closed client's failure by itself until the
+// caller's ctx ends) with ErrNotLeader, and the key goes with the lease.
+func TestResignOnClosedClient(t *testing.T) {
+	c := fencingtest.Single(t)
+	cli := fencingtest.NewClient(t, c.Endpoints())
+	term := campaign(t, newElection(t, newSession(t, cli, fencing.WithTTL(2*time.Second)), "closed"), "v")
+	cli.Close()
+	if cause := fencingtest.Ended(t, term.Context(), wait, "the term"); !errors.Is(cause, fencing.ErrSessionClosed) {
+		t.Errorf("the term ended with %v; want ErrSessionClosed", cause)
+	}
+	err := fencingtest.ReturnsBy(t, wait, "Resign on a closed client", func() error { return term.Resign(t.Context()) })
+	if !errors.Is(err, election.ErrNotLeader) || !errors.Is(err, fencing.ErrSessionClosed) {
+		t.Fatalf("Resign on a closed client: %v; want ErrNotLeader and ErrSessionClosed", err)
+	}
+	fencingtest.WaitFor(t, wait, "the key to go with the lease", func() bool { return !c.Exists(t, term.Key()) })
+}
+
 // A term whose session stopped vouching is over: Resign says ErrNotLeader,
 // whether the key went with the lease or is still there, and removes it.
 func TestResignAfterSessionLost(t *testing.T) {

@@ -274,7 +274,7 @@ func (r *round) leave(ctx context.Context, err error) {
 	if r.s.Err() == nil && r.rev != 0 {
 		dctx, cancel := ctxutil.Detach(ctx, leaveGrace, leaveGrace)
 		var unsure bool
-		retry.Do(dctx, r.link.Latency, &unsure, func(ctx context.Context) error {
+		retry.Do(dctx, r.link.Client, r.link.Latency, &unsure, func(ctx context.Context) error {
 			_, err := r.s.Client().Delete(ctx, r.key)
 			return err
 		})

@@ -48,7 +48,7 @@ func (r *round) follow(ctx context.Context) error {
 func (r *round) read(ctx context.Context) (int64, error) {
 	var resp *clientv3.GetResponse
 	var unsure bool
-	err := retry.Do(ctx, r.link.Latency, &unsure, func(ctx context.Context) (err error) {
+	err := retry.Do(ctx, r.link.Client, r.link.Latency, &unsure, func(ctx context.Context) (err error) {
 		resp, err = r.s.Client().Get(ctx, r.prefix, clientv3.WithPrefix())
 		return err
 	})
@@ -186,7 +186,7 @@ func (r *round) putMember(ctx context.Context) error {
 	}
 	val := assign.Encode(m)
 	var unsure bool
-	err := retry.Do(ctx, r.link.Latency, &unsure, func(ctx context.Context) error {
+	err := retry.Do(ctx, r.link.Client, r.link.Latency, &unsure, func(ctx context.Context) error {
 		for {
 			resp, err := r.s.Client().Txn(ctx).
 				If(clientv3.Compare(clientv3.ModRevision(r.key), "=", r.rev)).

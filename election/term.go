@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -85,7 +86,7 @@ func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 	}
 	var lostAt int64 // revision of a read that found the term lost
 	var unsure bool
-	err := retry.Do(ctx, t.link.Latency, &unsure, func(ctx context.Context) (err error) {
+	err := retry.Do(ctx, t.link.Client, t.link.Latency, &unsure, func(ctx context.Context) (err error) {
 		lostAt, err = t.put(ctx, value)
 		return err
 	})
@@ -161,7 +162,9 @@ func (t *Term) usable(ctx context.Context) error {
 // ends: deleting the key is idempotent. After any other error (ctx ended
 // first, etcd refused) the key may still be in etcd, leading, and guarded
 // writes of the term still commit: call Resign again, or close the session,
-// to hand leadership over.
+// to hand leadership over. On a closed client it returns at once, wrapping
+// ErrNotLeader and fencing.ErrSessionClosed: the key stays until the
+// session's lease expires.
 func (t *Term) Resign(ctx context.Context) error {
 	if err := t.usable(ctx); err != nil {
 		return fmt.Errorf("election: resign: %w", err)
@@ -176,6 +179,9 @@ func (t *Term) Resign(ctx context.Context) error {
 func (t *Term) resign(ctx context.Context, reason error) (report func(), _ error) {
 	outcome, rev, err := t.own.Release(ctx)
 	switch {
+	case errors.Is(err, retry.ErrClientClosed):
+		return func() { t.own.ReportLoss(fencing.ErrSessionClosed) }, fmt.Errorf("election: resign %v: %w: %w: the client is closed; the key goes with the lease",
+			t.token, ErrNotLeader, fencing.ErrSessionClosed)
 	case err != nil:
 		return func() {}, fmt.Errorf("election: resign %v: %w", t.token, err)
 	case outcome == ownership.Done:

@@ -2,11 +2,13 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/ownership"
+	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -68,7 +70,9 @@ func (h *Hold) IsOwner() clientv3.Cmp { return h.own.IsOwner() }
 // refused) the key may still be in etcd, owning the lock, and guarded writes of the hold
 // still commit: call Unlock again, or close the session, to release it.
 // Failures that pass (a lost reply, a leader change, a member restarting)
-// are retried until ctx ends: deleting the key is idempotent.
+// are retried until ctx ends: deleting the key is idempotent. On a closed
+// client it returns at once, wrapping ErrNotHeld and ErrSessionClosed: the
+// key stays until the session's lease expires.
 func (h *Hold) Unlock(ctx context.Context) error {
 	if h == nil || h.s == nil {
 		return fmt.Errorf("fencing: unlock: %w: hold not made by Lock", ErrInvalidArgument)
@@ -84,6 +88,9 @@ func (h *Hold) Unlock(ctx context.Context) error {
 func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	outcome, _, err := h.own.Release(ctx)
 	switch {
+	case errors.Is(err, retry.ErrClientClosed):
+		return func() { h.own.ReportLoss(ErrSessionClosed) }, fmt.Errorf("fencing: unlock %v: %w: %w: the client is closed; the key goes with the lease",
+			h.token, ErrNotHeld, ErrSessionClosed)
 	case err != nil:
 		return func() {}, fmt.Errorf("fencing: unlock %v: %w", h.token, err)
 	case outcome == ownership.Done:

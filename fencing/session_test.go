@@ -173,3 +173,34 @@ func partitionTrial(s *fencing.Session, link *fencingtest.Link, deletion <-chan 
 	}
 	return nil
 }
+
+// Holds whose contexts are watched on the session's one watch stream all
+// end when the client under them closes: each context with the session's
+// cause, and no goroutine left (TestMain's leak check). Unlock then fails
+// at once (clientv3 retries a closed client's failure by itself until the
+// caller's ctx ends: it took 6 s), and the keys go with the lease.
+func TestWatchedHoldsEndWhenClientCloses(t *testing.T) {
+	c := fencingtest.Single(t)
+	var ctr etcdtest.Counter
+	cli := fencingtest.NewClient(t, c.Endpoints(), etcdtest.WithCounter(&ctr))
+	s := newSession(t, cli, fencing.WithTTL(2*time.Second))
+	var holds []*fencing.Hold
+	for i := range 3 {
+		h := lock(t, newMutex(t, s, fmt.Sprint("closing-", i)))
+		h.Context()
+		holds = append(holds, h)
+	}
+	fencingtest.WaitFor(t, wait, "the holds' watches", func() bool { return ctr.Requests("Watch") >= len(holds) })
+	cli.Close()
+	for _, h := range holds {
+		if cause := fencingtest.Ended(t, h.Context(), wait, "a watched hold"); !errors.Is(cause, fencing.ErrSessionClosed) {
+			t.Errorf("hold %s ended with %v; want ErrSessionClosed", h.Key(), cause)
+		}
+		if err := h.Unlock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) || !errors.Is(err, fencing.ErrSessionClosed) {
+			t.Errorf("Unlock of %s on a closed client: %v; want ErrNotHeld and ErrSessionClosed", h.Key(), err)
+		}
+	}
+	for _, h := range holds {
+		fencingtest.WaitFor(t, wait, "the keys to go with the lease", func() bool { return !c.Exists(t, h.Key()) })
+	}
+}

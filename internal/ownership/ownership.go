@@ -114,7 +114,7 @@ func (o *Ownership) Release(ctx context.Context) (Outcome, int64, error) {
 	o.Link.Owners.Lost(o.Key, o.Rev, o.stopCause)
 	var resp *clientv3.DeleteResponse
 	lost := false // an attempt went unanswered: it may be the one that deleted
-	err := retry.Do(ctx, o.Link.Latency, &lost, func(ctx context.Context) (err error) {
+	err := retry.Do(ctx, o.Link.Client, o.Link.Latency, &lost, func(ctx context.Context) (err error) {
 		resp, err = o.Link.Client.Delete(ctx, o.Key)
 		return err
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -73,14 +74,22 @@ var ErrNoAnswer = errors.New("no answer")
 var ErrMalformed = errors.New("malformed response")
 
 // Do runs send until it succeeds, fails for good (an answer, not a passing
-// failure: see Transient), or ctx ends, backing off between attempts; each
-// attempt gets Timeout. It sets *unsure when an attempt's outcome is
-// unknown (see Unknown). For idempotent writes: Unlock, Resign, Proclaim.
-// When ctx ends during a backoff, the error is ctx's, with the last
-// attempt's.
-func Do(ctx context.Context, lat *Latency, unsure *bool, send func(context.Context) error) error {
-	return Until(ctx, ctx, lat, unsure, send)
+// failure: see Transient), ctx ends, or cli is closed, backing off between
+// attempts; each attempt gets Timeout. It sets *unsure when an attempt's
+// outcome is unknown (see Unknown). For idempotent writes: Unlock, Resign,
+// Proclaim. When ctx ends during a backoff, the error is ctx's, with the
+// last attempt's; once cli is closed, it wraps ErrClientClosed (clientv3
+// itself retries a closed client's failure until the caller's ctx ends).
+func Do(ctx context.Context, cli *clientv3.Client, lat *Latency, unsure *bool, send func(context.Context) error) error {
+	err := Until(ctx, cli.Ctx(), lat, unsure, send)
+	if err != nil && cli.Ctx().Err() != nil {
+		return fmt.Errorf("%w (last attempt: %v)", ErrClientClosed, err)
+	}
+	return err
 }
+
+// ErrClientClosed is a request on a closed etcd client.
+var ErrClientClosed = errors.New("etcd client closed")
 
 // Until is Do that also stops once life ends.
 func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(context.Context) error) error {

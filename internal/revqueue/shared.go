@@ -199,7 +199,7 @@ func lives(kvs []*mvccpb.KeyValue) map[target]bool {
 // changes nothing (the compare).
 func (c Counted) touch(s *Session, e *Entry) {
 	var unsure bool
-	retry.Do(s.Life, c.Latency, &unsure, func(ctx context.Context) error {
+	retry.Do(s.Life, s.Client, c.Latency, &unsure, func(ctx context.Context) error {
 		_, err := c.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.Key), "=", e.Rev)).
 			Then(clientv3.OpPut(e.Key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).Commit()
 		return err
