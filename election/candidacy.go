@@ -30,10 +30,12 @@ type candidacy struct {
 
 	mu      sync.Mutex
 	self    prefer.Record
-	records map[string]prefer.Record // by key, as last read or watched
-	readRev int64                    // the revision of the last read
-	err     error                    // why etcd refused the record; nil if it did not
-	changed chan struct{}            // closed at each change of records
+	records map[string]prefer.Record        // by key, as last read or watched
+	readRev int64                           // the revision of the last read
+	err     error                           // why etcd refused the record; nil if it did not
+	changed chan struct{}                   // closed at each change of records
+	cancels map[int]context.CancelCauseFunc // of whilePreferred's contexts
+	nextID  int                             // of the next entry in cancels
 
 	stop context.CancelFunc
 	done chan struct{} // closed when the watch has returned
@@ -164,7 +166,11 @@ func (c *candidacy) leave() {
 func (c *candidacy) preferred() (bool, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.err == nil && prefer.Preferred(c.records, c.self), c.changed
+	return c.preferredLocked(), c.changed
+}
+
+func (c *candidacy) preferredLocked() bool {
+	return c.err == nil && prefer.Preferred(c.records, c.self)
 }
 
 // fail marks the candidacy refused: etcd will not take its record (no
@@ -185,28 +191,27 @@ func (c *candidacy) failed() error {
 
 // whilePreferred returns a child of ctx that ends, with a cause wrapping
 // ErrPreempted, once a live candidate ranks above this replica, and a stop
-// that ends it and waits for the goroutine that watches the view.
+// that ends it. The change of the view that says so ends it on the spot
+// (notify), with no goroutine to wake in between: a handover waits for it.
 func (c *candidacy) whilePreferred(ctx context.Context) (context.Context, func()) {
 	pctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			ok, changed := c.preferred()
-			if !ok {
-				cancel(c.preemption())
-				return
-			}
-			select {
-			case <-changed:
-			case <-pctx.Done():
-				return
-			}
-		}
-	}()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.preferredLocked() {
+		cancel(c.preemptionLocked())
+		return pctx, func() {}
+	}
+	if c.cancels == nil {
+		c.cancels = map[int]context.CancelCauseFunc{}
+	}
+	id := c.nextID
+	c.nextID++
+	c.cancels[id] = cancel
 	return pctx, func() {
+		c.mu.Lock()
+		delete(c.cancels, id)
+		c.mu.Unlock()
 		cancel(nil)
-		<-done
 	}
 }
 
@@ -214,6 +219,10 @@ func (c *candidacy) whilePreferred(ctx context.Context) (context.Context, func()
 func (c *candidacy) preemption() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.preemptionLocked()
+}
+
+func (c *candidacy) preemptionLocked() error {
 	if c.err != nil {
 		return c.err
 	}
@@ -410,7 +419,18 @@ func (c *candidacy) set(key string, value []byte) {
 	c.records[key] = r
 }
 
+// notify tells the view's followers of a change, and ends whilePreferred's
+// contexts when this replica is no longer preferred. Cancelling runs no
+// code of theirs (a context's AfterFunc runs in its own goroutine), so it
+// is safe under mu.
 func (c *candidacy) notify() {
 	close(c.changed)
 	c.changed = make(chan struct{})
+	if len(c.cancels) > 0 && !c.preferredLocked() {
+		cause := c.preemptionLocked()
+		for id, cancel := range c.cancels {
+			cancel(cause)
+			delete(c.cancels, id)
+		}
+	}
 }
