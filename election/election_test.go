@@ -272,9 +272,10 @@ func TestObserveReportsUnreachable(t *testing.T) {
 	}
 }
 
-// A term whose client is closed is over: its context ends, Resign fails at
-// once (clientv3 retries a closed client's failure by itself until the
-// caller's ctx ends) with ErrNotLeader, and the key goes with the lease.
+// A term whose client is closed is over: its context ends, Proclaim and
+// Resign fail at once (clientv3 retries a closed client's failure by itself
+// until the caller's ctx ends) with ErrNotLeader, and the key goes with the
+// lease.
 func TestResignOnClosedClient(t *testing.T) {
 	c := fencingtest.Single(t)
 	cli := fencingtest.NewClient(t, c.Endpoints())
@@ -283,7 +284,11 @@ func TestResignOnClosedClient(t *testing.T) {
 	if cause := fencingtest.Ended(t, term.Context(), wait, "the term"); !errors.Is(cause, fencing.ErrSessionClosed) {
 		t.Errorf("the term ended with %v; want ErrSessionClosed", cause)
 	}
-	err := fencingtest.ReturnsBy(t, wait, "Resign on a closed client", func() error { return term.Resign(t.Context()) })
+	err := fencingtest.ReturnsBy(t, wait, "Proclaim on a closed client", func() error { return term.Proclaim(t.Context(), "w") })
+	if !errors.Is(err, election.ErrNotLeader) || !errors.Is(err, fencing.ErrSessionClosed) {
+		t.Errorf("Proclaim on a closed client: %v; want ErrNotLeader and ErrSessionClosed", err)
+	}
+	err = fencingtest.ReturnsBy(t, wait, "Resign on a closed client", func() error { return term.Resign(t.Context()) })
 	if !errors.Is(err, election.ErrNotLeader) || !errors.Is(err, fencing.ErrSessionClosed) {
 		t.Fatalf("Resign on a closed client: %v; want ErrNotLeader and ErrSessionClosed", err)
 	}

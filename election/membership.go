@@ -29,8 +29,8 @@ func (r *round) follow(ctx context.Context) error {
 		switch {
 		case ends(err):
 			return err
-		case ctx.Err() != nil:
-			return nil
+		case ctx.Err() != nil || errors.Is(err, retry.ErrClientClosed):
+			return nil // a closed client ends the session, and the round
 		case errors.Is(err, errWatchBroken) || errors.Is(err, rpctypes.ErrNoLeader):
 			// Compacted, closed, or the member lost its raft leader (the
 			// read waits for a new one): read again, quietly.

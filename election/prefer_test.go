@@ -582,22 +582,25 @@ func createRevision(t *testing.T, c *fencingtest.Cluster, key string) int64 {
 func TestRankedLeaderFollowsSuccessorAcrossLostQuorum(t *testing.T) {
 	c := fencingtest.Three(t)
 	var ctr etcdtest.Counter
-	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
+	queue := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindElection), fleetName))
+	close(queue.release) // counted, not held
+	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr), queue.option())
 	s := newSession(t, cli, fencing.WithTTL(30*time.Second))
 	term := campaign(t, newElection(t, s, fleetName), "low")
 	ready, stop := election.FollowSuccessor(s, fleetName, term, 1)
 	defer stop()
-	// The records' watch and the queue's: both made, both to be made again.
-	fencingtest.WaitFor(t, wait, "the leader's watches", func() bool { return ctr.Requests("Watch") >= 2 })
+	queue.waitHeld(t)
 	streams := ctr.Streams("Watch")
 	c.Stop(1)
 	c.Stop(2)
-	// etcd cancels them after a few election timeouts without a leader;
-	// a new stream is refused until the quorum is back.
-	fencingtest.WaitFor(t, wait, "the watches to be cancelled and made again", func() bool { return ctr.Streams("Watch") > streams })
+	// etcd cancels the watch streams that require a leader after a few
+	// election timeouts without one; a new stream is refused until the
+	// quorum is back.
+	fencingtest.WaitFor(t, wait, "the watches to be cancelled", func() bool { return ctr.Streams("Watch") > streams })
 	c.Restart(t, 1)
 	c.Restart(t, 2)
 	c.WaitLeader(t)
+	fencingtest.WaitFor(t, wait, "the queue's watch to be made again", func() bool { return queue.creates.Load() >= 2 })
 	if ready() {
 		t.Fatal("a successor seen with nobody queued behind the leader")
 	}
@@ -619,7 +622,7 @@ func TestRankedLeaderSeesRecordWrittenBeforeItsWatch(t *testing.T) {
 	f := newFleet(t, c)
 	h := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindCandidate), fleetName))
 	f.start("low", c.Client(t, h.option()), election.Priority(1))
-	<-h.held
+	h.waitHeld(t)
 	f.waitLeader("low")
 	f.start("high", nil, election.Priority(2))
 	f.waitQueued("high")
@@ -642,7 +645,7 @@ func TestSuccessorSeesEnqueueBeforeItsWatch(t *testing.T) {
 	term := campaign(t, newElection(t, s, fleetName), "low")
 	ready, stop := election.FollowSuccessor(s, fleetName, term, 1)
 	defer stop()
-	<-h.held
+	h.waitHeld(t)
 	f := newFleet(t, c)
 	f.start("high", nil, election.Priority(2))
 	f.waitQueued("high")
@@ -657,11 +660,14 @@ func TestSuccessorSeesEnqueueBeforeItsWatch(t *testing.T) {
 	f.waitLeader("high")
 }
 
-// heldWatch holds a client's request to watch key until release is closed
-// (held is closed when it first does). clientv3 sends its watch requests
-// in order on one stream, so the ones that come after wait too.
+// heldWatch holds a client's requests to watch key until release is closed
+// (held is closed when it first does), and counts them. A held request
+// stalls the client's whole watch stream it goes on (clientv3 sends on it
+// from one goroutine): every watch that requires a leader, for their events
+// too. Ownership watches go on the session's own stream (ownwatch.Mux).
 type heldWatch struct {
 	key     string
+	creates atomic.Int32
 	once    sync.Once
 	held    chan struct{}
 	release chan struct{}
@@ -669,6 +675,16 @@ type heldWatch struct {
 
 func newHeldWatch(key string) *heldWatch {
 	return &heldWatch{key: key, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+// waitHeld waits until a request to watch the key was made.
+func (h *heldWatch) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.held:
+	case <-time.After(wait):
+		t.Fatalf("no watch of %q after %v", h.key, wait)
+	}
 }
 
 func (h *heldWatch) option() fencingtest.ClientOption {
@@ -692,6 +708,7 @@ type heldStream struct {
 
 func (s heldStream) SendMsg(m any) error {
 	if r, ok := m.(*etcdserverpb.WatchRequest); ok && string(r.GetCreateRequest().GetKey()) == s.h.key {
+		s.h.creates.Add(1)
 		s.h.once.Do(func() { close(s.h.held) })
 		select {
 		case <-s.h.release:

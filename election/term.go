@@ -63,7 +63,8 @@ func (t *Term) Value() string {
 // guarded put twice is harmless. It returns an error wrapping ErrNotLeader
 // (and guard.ErrNotOwner) when the term was already lost or resigned; after
 // any other error (ctx ended first, etcd refused) the value may or may not
-// have changed, and Proclaim may be called again.
+// have changed, and Proclaim may be called again. On a closed client it
+// returns at once, wrapping ErrNotLeader and the session's Err, as Resign.
 func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.usable(ctx); err != nil {
 		return fmt.Errorf("election: proclaim: %w", err)
@@ -90,7 +91,10 @@ func (t *Term) proclaim(ctx context.Context, value string) (lost, _ error) {
 		lostAt, err = t.put(ctx, value)
 		return err
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, retry.ErrClientClosed):
+		return nil, fmt.Errorf("election: proclaim %v: %w: %w", t.token, ErrNotLeader, endCause(t.s))
+	case err != nil:
 		return nil, fmt.Errorf("election: proclaim %v: %w", t.token, err)
 	}
 	if lostAt != 0 {
@@ -163,8 +167,8 @@ func (t *Term) usable(ctx context.Context) error {
 // first, etcd refused) the key may still be in etcd, leading, and guarded
 // writes of the term still commit: call Resign again, or close the session,
 // to hand leadership over. On a closed client it returns at once, wrapping
-// ErrNotLeader and fencing.ErrSessionClosed: the key stays until the
-// session's lease expires.
+// ErrNotLeader and the session's Err (fencing.ErrSessionClosed, unless it
+// had ended before): the key stays until the session's lease expires.
 func (t *Term) Resign(ctx context.Context) error {
 	if err := t.usable(ctx); err != nil {
 		return fmt.Errorf("election: resign: %w", err)
@@ -178,10 +182,9 @@ func (t *Term) Resign(ctx context.Context) error {
 // own (ErrRebalanced), as the observer is told.
 func (t *Term) resign(ctx context.Context, reason error) (report func(), _ error) {
 	outcome, rev, err := t.own.Release(ctx)
+	closed := errors.Is(err, retry.ErrClientClosed) // the key goes with the lease
 	switch {
-	case errors.Is(err, retry.ErrClientClosed):
-		return func() { t.own.ReportLoss(fencing.ErrSessionClosed) }, fmt.Errorf("election: resign %v: %w: %w: the client is closed; the key goes with the lease",
-			t.token, ErrNotLeader, fencing.ErrSessionClosed)
+	case closed:
 	case err != nil:
 		return func() {}, fmt.Errorf("election: resign %v: %w", t.token, err)
 	case outcome == ownership.Done:
@@ -193,9 +196,10 @@ func (t *Term) resign(ctx context.Context, reason error) (report func(), _ error
 			t.own.Reject(t.token.Name, err)
 		}, err
 	}
-	if err := t.s.Err(); err != nil {
+	if closed || t.s.Err() != nil {
 		// The key was still there, but the session had stopped vouching
-		// for it: the term had already ended.
+		// for it (or the client's close is ending it): the term had ended.
+		err := endCause(t.s)
 		return func() { t.own.ReportLoss(err) }, fmt.Errorf("election: resign %v: %w: %w", t.token, ErrNotLeader, err)
 	}
 	return func() { t.own.ReportRelease(reason) }, nil
@@ -217,4 +221,13 @@ func (t *Term) Context() context.Context {
 		return ctxutil.Ended(fmt.Errorf("election: %w: term not made by Campaign", fencing.ErrInvalidArgument))
 	}
 	return t.own.Context()
+}
+
+// endCause is s's Err, or the client's close that is ending s: a call that
+// found the client closed may return before the session notices.
+func endCause(s *fencing.Session) error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: client closed", fencing.ErrSessionClosed)
 }

@@ -85,6 +85,9 @@ var (
 	ErrSessionClosed = errors.New("session closed")
 )
 
+// errClientClosed ends a session whose client was closed.
+var errClientClosed = fmt.Errorf("%w: client closed", ErrSessionClosed)
+
 // errNilContext is ErrInvalidArgument for a nil ctx: like net/http, an
 // error, not a panic.
 var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)

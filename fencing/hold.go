@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,8 +72,9 @@ func (h *Hold) IsOwner() clientv3.Cmp { return h.own.IsOwner() }
 // still commit: call Unlock again, or close the session, to release it.
 // Failures that pass (a lost reply, a leader change, a member restarting)
 // are retried until ctx ends: deleting the key is idempotent. On a closed
-// client it returns at once, wrapping ErrNotHeld and ErrSessionClosed: the
-// key stays until the session's lease expires.
+// client it returns at once, wrapping ErrNotHeld and the session's Err
+// (ErrSessionClosed, unless it had ended before): the key stays until the
+// session's lease expires.
 func (h *Hold) Unlock(ctx context.Context) error {
 	if h == nil || h.s == nil {
 		return fmt.Errorf("fencing: unlock: %w: hold not made by Lock", ErrInvalidArgument)
@@ -87,10 +89,9 @@ func (h *Hold) Unlock(ctx context.Context) error {
 
 func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	outcome, _, err := h.own.Release(ctx)
+	closed := errors.Is(err, retry.ErrClientClosed) // the key goes with the lease
 	switch {
-	case errors.Is(err, retry.ErrClientClosed):
-		return func() { h.own.ReportLoss(ErrSessionClosed) }, fmt.Errorf("fencing: unlock %v: %w: %w: the client is closed; the key goes with the lease",
-			h.token, ErrNotHeld, ErrSessionClosed)
+	case closed:
 	case err != nil:
 		return func() {}, fmt.Errorf("fencing: unlock %v: %w", h.token, err)
 	case outcome == ownership.Done:
@@ -98,7 +99,8 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	case outcome == ownership.Gone:
 		return func() { h.own.ReportLoss(ErrKeyDeleted) }, fmt.Errorf("fencing: unlock %v: %w: key already gone", h.token, ErrNotHeld)
 	}
-	if err := h.s.Err(); err != nil {
+	if err := h.s.Err(); err != nil || closed {
+		err = cmp.Or(err, errClientClosed) // the client's close ends the session
 		return func() { h.own.ReportLoss(err) }, fmt.Errorf("fencing: unlock %v: %w: %w", h.token, ErrNotHeld, err)
 	}
 	return func() { h.own.ReportRelease(nil) }, nil

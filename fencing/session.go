@@ -286,7 +286,7 @@ func (s *Session) keepAlive() {
 		case <-s.ctx.Done():
 			return
 		case <-s.cli.Ctx().Done():
-			s.lose(fmt.Errorf("%w: client closed", ErrSessionClosed))
+			s.lose(errClientClosed)
 			return
 		case <-time.After(wait):
 		}

@@ -81,9 +81,12 @@ var ErrMalformed = errors.New("malformed response")
 // last attempt's; once cli is closed, it wraps ErrClientClosed (clientv3
 // itself retries a closed client's failure until the caller's ctx ends).
 func Do(ctx context.Context, cli *clientv3.Client, lat *Latency, unsure *bool, send func(context.Context) error) error {
+	if cli.Ctx().Err() != nil {
+		return ErrClientClosed
+	}
 	err := Until(ctx, cli.Ctx(), lat, unsure, send)
 	if err != nil && cli.Ctx().Err() != nil {
-		return fmt.Errorf("%w (last attempt: %v)", ErrClientClosed, err)
+		return fmt.Errorf("%w (last attempt: %w)", ErrClientClosed, err)
 	}
 	return err
 }
@@ -91,7 +94,8 @@ func Do(ctx context.Context, cli *clientv3.Client, lat *Latency, unsure *bool, s
 // ErrClientClosed is a request on a closed etcd client.
 var ErrClientClosed = errors.New("etcd client closed")
 
-// Until is Do that also stops once life ends.
+// Until runs send as Do does, until it succeeds, fails for good, ctx ends,
+// or life ends (then the error is the last attempt's).
 func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(context.Context) error) error {
 	wait, unanswered := MinBackoff, 0
 	for {
@@ -106,11 +110,14 @@ func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(cont
 		if errors.Is(err, ErrNoAnswer) {
 			unanswered++ // it has waited enough: no backoff
 		} else {
-			Pause(ctx, wait)
+			pause(ctx, life, wait)
 			wait = min(2*wait, MaxBackoff)
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
+		}
+		if life.Err() != nil {
+			return err
 		}
 	}
 }
@@ -216,11 +223,15 @@ func Typed(err error) error {
 }
 
 // Pause waits d, or until ctx ends.
-func Pause(ctx context.Context, d time.Duration) {
+func Pause(ctx context.Context, d time.Duration) { pause(ctx, ctx, d) }
+
+// pause waits d, or until ctx or life ends.
+func pause(ctx, life context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
+	case <-life.Done():
 	}
 }
