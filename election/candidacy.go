@@ -46,6 +46,10 @@ type candidacy struct {
 	first     chan struct{}
 	firstOnce sync.Once
 	wrote     bool
+
+	// judging, set by tests before a successor starts, runs each time the
+	// successor's follower is about to judge next (see followQueue).
+	judging func(next *mvccpb.KeyValue)
 }
 
 // join starts this replica's candidacy for name on s, and follows the

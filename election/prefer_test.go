@@ -660,6 +660,88 @@ func TestSuccessorSeesEnqueueBeforeItsWatch(t *testing.T) {
 	f.waitLeader("high")
 }
 
+// A ranked leader's follower of its successor sees a change of the
+// candidates' view that lands as it judges the key behind the term: it
+// takes the view's change channel before judging. Here the change is the
+// last event (a record goes, the queue does not move), so a follower that
+// took the channel after judging would wait on the next change for good.
+func TestSuccessorSeesViewChangeWhileJudging(t *testing.T) {
+	c := fencingtest.Single(t)
+	s := newSession(t, c.Client(t))
+	term := campaign(t, newElection(t, s, fleetName), "low")
+	// top ranks above mid and never queues: mid is preferred once top goes.
+	top := newSession(t, c.Client(t))
+	defer election.JoinCandidates(top, fleetName, 3)()
+	mid := newSession(t, c.Client(t))
+	defer election.JoinCandidates(mid, fleetName, 2)()
+	e := newElection(t, mid, fleetName)
+	fencingtest.WaitFor(t, wait, "the records of top and mid", func() bool {
+		return len(c.Queue(t, fencing.KindElection, fleetName).Candidates) == 2
+	})
+
+	// The follower's first judging (no one behind) waits for the view to
+	// hold all three records, its own too; mid queues only then, so its key
+	// is judged after the follower's read and watch are set up, with no
+	// event left to wake the follower but the one its judging makes.
+	settled, changed := make(chan error, 1), make(chan error, 1)
+	var first, acted sync.Once
+	judging := func(next string, view func() (records int, preferred bool)) {
+		if next == "" {
+			first.Do(func() { settled <- awaitView(view, "all three records", 3, false) })
+			return
+		}
+		acted.Do(func() { changed <- topGoesWhileJudging(top, view) })
+	}
+	ready, stop := election.FollowSuccessorJudging(s, fleetName, term, judging, 1)
+	defer stop()
+	receive(t, settled, "the follower to judge that no one is behind")
+	ctx, cancel := context.WithCancel(fencingtest.Context(t, wait))
+	campaigned := make(chan error, 1)
+	go func() {
+		_, err := e.Campaign(ctx, "mid")
+		campaigned <- err
+	}()
+	defer func() { cancel(); <-campaigned }()
+	receive(t, changed, "the follower to judge mid")
+	fencingtest.WaitFor(t, wait, "the leader to see mid preferred once top has gone", ready)
+}
+
+// topGoesWhileJudging runs in the follower, between its taking the view's
+// change channel and judging mid: with mid ranked below top in the view, it
+// ends top's session and waits until the view has seen top's record go.
+func topGoesWhileJudging(top *fencing.Session, view func() (records int, preferred bool)) error {
+	if _, preferred := view(); preferred {
+		return errors.New("mid preferred while top is live")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := top.Close(ctx); err != nil {
+		return err
+	}
+	return awaitView(view, "top's record to go", 2, true)
+}
+
+// awaitView waits until view holds records records and says preferred.
+func awaitView(view func() (int, bool), what string, records int, preferred bool) error {
+	if !fencingtest.Within(wait, func() bool { n, p := view(); return n == records && p == preferred }) {
+		return fmt.Errorf("gave up waiting for the view: %s", what)
+	}
+	return nil
+}
+
+// receive waits for one error from ch, and fails t if it is not nil.
+func receive(t *testing.T, ch <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(wait):
+		t.Fatalf("gave up after %v waiting for %s", wait, what)
+	}
+}
+
 // heldWatch holds a client's requests to watch key until release is closed
 // (held is closed when it first does), and counts them. A held request
 // stalls the client's whole watch stream it goes on (clientv3 sends on it

@@ -105,6 +105,9 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 		// The view's change channel first: a change made while next is
 		// judged must wake this loop, not pass unseen.
 		_, changed := c.preferred()
+		if c.judging != nil {
+			c.judging(next)
+		}
 		s.set(next != nil && c.isPreferred(next.Lease))
 		select {
 		case wch = <-made:
