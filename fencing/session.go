@@ -276,10 +276,12 @@ func (s *Session) renewed(sent time.Time, ttl time.Duration) bool {
 	return true
 }
 
-// keepAlive renews the lease every period. Each renewal is one KeepAliveOnce
-// with its send time taken before the call: clientv3's KeepAlive channel does
-// not say when the acknowledged request was sent.
+// keepAlive renews the lease every period. Each renewal is one request and
+// its answer, with its send time taken before the request: clientv3's
+// KeepAlive channel does not say when the acknowledged request was sent.
 func (s *Session) keepAlive() {
+	r := newRenewer(s.cli, s.id)
+	defer r.close()
 	wait := s.period
 	for {
 		select {
@@ -291,13 +293,11 @@ func (s *Session) keepAlive() {
 		case <-time.After(wait):
 		}
 		sent := time.Now()
-		actx, cancel := context.WithTimeout(s.ctx, s.period)
-		resp, err := s.cli.KeepAliveOnce(actx, s.id)
-		cancel()
+		ttl, err := r.renew(s.ctx, s.period)
 		switch {
 		case err == nil:
 			s.link.Latency.Observe(time.Since(sent))
-			if s.renewed(sent, time.Duration(resp.TTL)*time.Second) {
+			if s.renewed(sent, time.Duration(ttl)*time.Second) {
 				s.reportRenewal(sent, nil)
 			}
 			wait = s.period - time.Since(sent)

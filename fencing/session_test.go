@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,6 +88,52 @@ func TestSessionRenews(t *testing.T) {
 	fencingtest.WaitFor(t, wait, "the first deadline to pass", func() bool { return time.Now().After(first.Add(time.Second)) })
 	if err := s.Err(); err != nil {
 		t.Fatalf("session ended while renewing: %v", err)
+	}
+}
+
+// A session renews on one stream, kept open between renewals. When that
+// stream breaks while idle (here its member restarts), the next renewal
+// goes on a new stream at once: no renewal sent after the member is back
+// fails.
+func TestRenewalAfterRestartOpensNewStream(t *testing.T) {
+	c := fencingtest.Single(t)
+	var mu sync.Mutex
+	var back time.Time // when the member was back; zero before
+	var renewed, failed int
+	s := newSession(t, c.Client(t), fencing.WithTTL(6*time.Second), fencing.WithObserver(fencing.Observer{
+		OnRenew: func(e fencing.RenewEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			if back.IsZero() || time.Now().Add(-e.RoundTrip).Before(back) {
+				return // sent before the member was back
+			}
+			if e.Err != nil {
+				failed++
+			} else {
+				renewed++
+			}
+		},
+	}))
+	first := s.ValidUntil()
+	fencingtest.WaitFor(t, wait, "a first renewal, which opens the stream", func() bool { return s.ValidUntil().After(first) })
+	c.Stop(0)
+	c.Restart(t, 0)
+	c.WaitLeader(t)
+	mu.Lock()
+	back = time.Now()
+	mu.Unlock()
+	fencingtest.WaitFor(t, wait, "two renewals sent after the restart", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return renewed+failed >= 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if failed > 0 {
+		t.Fatalf("%d of the renewals sent after the restart failed", failed)
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("session ended: %v", err)
 	}
 }
 

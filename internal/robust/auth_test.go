@@ -3,6 +3,8 @@ package robust_test
 import (
 	"context"
 	"errors"
+	"path"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // With etcd auth on, a user allowed only the library's prefix (and its own
@@ -86,5 +90,67 @@ func TestAuthLimitedToPrefixes(t *testing.T) {
 	}
 	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
 		t.Fatalf("keys left behind: %q", keys)
+	}
+}
+
+// A watched hold still sees its key deleted after its member restarts with
+// auth on. etcd keeps simple auth tokens in a member's memory, so the
+// restart voids every client's token. The session's watch stream is made
+// again, and each watch created on it must carry a valid token.
+func TestWatchedHoldAcrossRestartWithAuth(t *testing.T) {
+	c := fencingtest.Single(t)
+	c.EnableAuth(t)
+	c.AddUser(t, "svc", "leasehold/")
+	ctx := fencingtest.Context(t, time.Minute)
+	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"))
+	// A long TTL: no renewal, which would renew the client's token on the
+	// way, comes within the test.
+	s := fencingtest.Session(t, svc, fencing.WithTTL(10*time.Minute))
+	h := fencingtest.Lock(t, s, "jobs/billing")
+	wctx, stop := guard.Watch(ctx, h)
+	defer stop()
+	c.Stop(0)
+	c.Restart(t, 0)
+	c.WaitLeader(t)
+	c.Delete(t, h.Key())
+	if cause := fencingtest.Ended(t, wctx, 30*time.Second, "the hold's context after its key went"); !errors.Is(cause, fencing.ErrKeyDeleted) {
+		t.Fatalf("cause %v, want ErrKeyDeleted", cause)
+	}
+}
+
+// With auth on, a session's renewals cost etcd no Authenticate each.
+// clientv3 fetches a new token for every stream it opens, and etcd answers
+// an Authenticate with a bcrypt check of the password and a raft write;
+// `concurrency`'s session renews on one stream, and pays that once.
+func TestRenewalsDoNotAuthenticate(t *testing.T) {
+	c := fencingtest.Single(t)
+	c.EnableAuth(t)
+	c.AddUser(t, "svc", "leasehold/")
+	var auths, renewals atomic.Int32
+	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"), countCalls("Authenticate", &auths))
+	fencingtest.Session(t, svc, fencing.WithTTL(3*time.Second), fencing.WithObserver(fencing.Observer{
+		OnRenew: func(e fencing.RenewEvent) {
+			if e.Err == nil {
+				renewals.Add(1)
+			}
+		},
+	}))
+	before := auths.Load()
+	fencingtest.WaitFor(t, fencingtest.Wait, "5 renewals", func() bool { return renewals.Load() >= 5 })
+	if n := auths.Load() - before; n > 1 {
+		t.Fatalf("%d Authenticate calls in %d renewals, want at most 1 (the stream's)", n, renewals.Load())
+	}
+}
+
+// countCalls counts a client's unary calls of method (its last path element).
+func countCalls(method string, n *atomic.Int32) fencingtest.ClientOption {
+	return func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if path.Base(m) == method {
+					n.Add(1)
+				}
+				return invoker(ctx, m, req, reply, cc, opts...)
+			}))
 	}
 }
