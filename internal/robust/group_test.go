@@ -36,14 +36,15 @@ func groupNameList() []string {
 }
 
 // TestGroupUnderFaults runs election.RunGroup replicas, two in this process
-// and two in subprocesses, of mixed ranks and weights (rankOf), while faults
-// hit them and etcd: each name's work
+// and two in subprocesses, of mixed ranks and weights (rankOf), each also an
+// election.Run replica of one more name that drains itself now and then
+// (runReplica), while faults hit them and etcd: each name's work
 // makes guarded increments of the name's own counter. Every increment must
 // be made under the term that led the name at its commit revision, every
 // counter must count each increment once (acknowledged ones all there), and
 // once the faults stop the group must be balanced again: every name led by
 // its assigned replica, none over its cap, a lower-ranked replica leading
-// none.
+// none, and the Run's name led.
 func TestGroupUnderFaults(t *testing.T) {
 	c := fencingtest.Three(t)
 	maxTime, _ := runLength()
@@ -65,6 +66,7 @@ func TestGroupUnderFaults(t *testing.T) {
 	live := 2 + len(h.procs) // a killed subprocess was replaced
 	h.mu.Unlock()
 	waitGroupBalanced(t, c, live)
+	waitRunLed(t, c)
 	cancel()
 	h.stopAll()
 	wg.Wait()
@@ -84,9 +86,10 @@ func TestGroupUnderFaults(t *testing.T) {
 			incs++
 		}
 	}
-	t.Logf("group: %v, %d increments committed (%d acknowledged), faults %v", time.Since(start).Round(time.Second), incs, acked, h.faults)
-	if acked < groupNames {
-		t.Errorf("only %d acknowledged increments: the workload did not run", acked)
+	single := acknowledged(all, runName)
+	t.Logf("group: %v, %d increments committed (%d acknowledged, %d of them %s's), faults %v", time.Since(start).Round(time.Second), incs, acked, single, runName, h.faults)
+	if acked < groupNames || single == 0 {
+		t.Errorf("%d acknowledged increments, %d of %s: a workload did not run", acked, single, runName)
 	}
 }
 
@@ -171,8 +174,12 @@ func groupViolations(raw []*clientv3.Event, events []event) []string {
 
 // groupWorker is one replica of the group until ctx ends: each term's work
 // increments its name's counter, with guarded read-modify-writes, until the
-// term ends.
+// term ends. The replica runs runName's singleton beside the group
+// (runReplica), on the same client.
 func groupWorker(ctx context.Context, id string, cli *clientv3.Client, emit func(event)) {
+	var single sync.WaitGroup
+	single.Go(func() { runReplica(ctx, id, cli, emit) })
+	defer single.Wait()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	var mu sync.Mutex // guards rng
 	election.RunGroup(ctx, cli, groupName, groupNameList(), func(ctx context.Context, term *election.Term) error {
@@ -243,10 +250,12 @@ func groupWorkerHelper(args []string) int {
 	})
 }
 
-// deleteLeader deletes the leader key of a random name, as an operator might.
+// deleteLeader deletes the leader key of a random name (the group's, or
+// runName), as an operator might.
 func (h *harness) deleteLeader() {
+	names := append(groupNameList(), runName)
 	h.mu.Lock()
-	name := groupNameList()[h.rng.IntN(groupNames)]
+	name := names[h.rng.IntN(len(names))]
 	h.mu.Unlock()
 	h.deleteOne(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindElection), name), "delete-leader", clientv3.WithFirstCreate()...)
 }
