@@ -30,6 +30,7 @@ type world struct {
 
 	mu       sync.Mutex
 	working  map[string]string   // name → replica whose work for it runs now
+	starts   map[string][]string // name → the replicas whose works for it started, in order
 	overlaps []string            // names whose works ran on two replicas at once
 	causes   map[string][]error  // replica → why its works' contexts ended
 	released map[string][]string // replica → the names it released for a reason
@@ -41,7 +42,7 @@ func newWorld(t *testing.T, c *fencingtest.Cluster, n int) *world {
 	for i := range names {
 		names[i] = fmt.Sprintf("%s/job-%d", t.Name(), i)
 	}
-	return &world{t: t, c: c, group: t.Name(), names: names, working: map[string]string{},
+	return &world{t: t, c: c, group: t.Name(), names: names, working: map[string]string{}, starts: map[string][]string{},
 		causes: map[string][]error{}, released: map[string][]string{}, failing: map[string][]string{}}
 }
 
@@ -103,6 +104,7 @@ func (w *world) work(id string) func(context.Context, *election.Term) error {
 		fail := slices.Contains(w.failing[id], name)
 		if !fail {
 			w.working[name] = id
+			w.starts[name] = append(w.starts[name], id)
 		}
 		w.mu.Unlock()
 		if fail {

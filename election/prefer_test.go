@@ -800,3 +800,126 @@ func (s heldStream) SendMsg(m any) error {
 	}
 	return s.ClientStream.SendMsg(m)
 }
+
+// waitQueue waits until the election's queue holds the keys of ids, and only
+// those, in this order: the leader's first.
+func (f *fleet) waitQueue(ids ...string) {
+	f.t.Helper()
+	fencingtest.WaitFor(f.t, wait, fmt.Sprintf("the queue %v", ids), func() bool {
+		var got []string
+		for _, e := range f.c.Queue(f.t, fencing.KindElection, fleetName).Entries {
+			got = append(got, e.Value)
+		}
+		return slices.Equal(got, ids)
+	})
+}
+
+// Replicas of one name with and without a priority (an older leasehold's
+// Run, or one given none) exclude each other, as the package doc says: the
+// unranked ones queue as ever and never give way, the ranked ones queue
+// behind them like any other, and among themselves follow their ranks.
+// Steps (q: the queue, leader first):
+//
+//  1. old (unranked) leads; high (2) queues behind it, low (1), outranked,
+//     does not: q = old high. old keeps leading; old2 (unranked) queues
+//     although it ranks nothing: q = old high old2.
+//  2. old stops: high, next, leads; old2 behind it does not preempt it.
+//  3. high stops: old2, next, leads; low, now preferred, queues behind it;
+//     high comes back: low withdraws, high queues behind old2, which keeps
+//     leading; old2 stops: high leads.
+//  4. high stops: low leads alone. old3 (unranked) queues, then high comes
+//     back: low is preempted and, with old3 right behind it and not high,
+//     resigns after its handoff wait; old3 leads and keeps leading with
+//     high behind it. old3 stops: high; high stops: low.
+func TestPriorityMixedWithUnranked(t *testing.T) {
+	c := fencingtest.Single(t)
+	f := newFleet(t, c)
+	f.start("old", nil)
+	f.waitLeader("old")
+	f.start("high", nil, election.Priority(2))
+	f.waitQueued("high")
+	f.start("low", nil, election.Priority(1))
+	f.waitCandidates("high", "low")
+	f.waitQueue("old", "high")
+	f.start("old2", nil)
+	f.waitQueue("old", "high", "old2")
+	f.waitLeader("old")
+
+	f.stop("old")
+	f.waitLeader("high")
+	f.waitQueue("high", "old2")
+
+	f.stop("high")
+	f.waitLeader("old2")
+	f.waitQueue("old2", "low")
+	f.start("high", nil, election.Priority(2))
+	f.waitCandidates("high", "low")
+	f.waitQueue("old2", "high")
+	f.waitLeader("old2")
+	f.stop("old2")
+	f.waitLeader("high")
+	f.waitQueue("high")
+
+	f.stop("high")
+	f.waitLeader("low")
+	f.start("old3", nil)
+	f.waitQueue("low", "old3")
+	f.start("high", nil, election.Priority(2))
+	f.waitLeader("old3")
+	f.waitCandidates("high", "low")
+	f.waitQueue("old3", "high")
+	f.stop("old3")
+	f.waitLeader("high")
+	f.stop("high")
+	f.waitLeader("low")
+	f.stop("low")
+
+	f.check("old", "high", "old2", "high", "low", "old3", "high", "low")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, causes := range f.causes {
+		want := 0
+		if id == "low" {
+			want = 1 // by high, with old3 behind it
+		}
+		if n := countIs(causes, election.ErrPreempted); n != want {
+			t.Errorf("%s's works ended with ErrPreempted %d times, want %d: %v", id, n, want, causes)
+		}
+	}
+	for _, id := range []string{"old", "old2", "old3"} {
+		if causes := f.causes[id]; len(causes) != 1 || !errors.Is(causes[0], context.Canceled) {
+			t.Errorf("the unranked %s's work ended with %v, want once, when its Run was stopped", id, causes)
+		}
+	}
+}
+
+// Weight has no effect on Run, but Run refuses a weight <= 0 as RunGroup
+// does, ranked or not, before anything is written: its client sent etcd no
+// request, and no key is under the name.
+func TestRunRejectsBadWeight(t *testing.T) {
+	c := fencingtest.Single(t)
+	var ctr etcdtest.Counter
+	cli := c.Client(t, etcdtest.WithCounter(&ctr))
+	before := ctr.Requests("")
+	for _, w := range []int{0, -1} {
+		for _, opts := range [][]election.RunOption{{election.Weight(w)}, {election.Priority(1), election.Weight(w)}} {
+			err := election.Run(fencingtest.Context(t, wait), cli, fleetName, "x", func(context.Context, *election.Term) error {
+				t.Errorf("Weight(%d): work ran", w)
+				return nil
+			}, opts...)
+			if !errors.Is(err, fencing.ErrInvalidArgument) {
+				t.Errorf("Weight(%d) of %d options: Run = %v, want ErrInvalidArgument", w, len(opts), err)
+			}
+		}
+	}
+	if n := ctr.Requests(""); n != before {
+		t.Fatalf("requests sent to etcd: %d, want none: %v", n-before, &ctr)
+	}
+	name, err := inspect.KeyPrefix(fencing.DefaultRoot, "", fleetName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys := c.Keys(t, name); len(keys) > 0 {
+		t.Fatalf("keys under the name: %q", keys)
+	}
+}

@@ -246,9 +246,9 @@ func TestProgramFailsClearly(t *testing.T) {
 
 // The finding of issue 28, as a user tried it: the leader frozen past its
 // TTL and resumed, the other takes over, the resumed one queues again and
-// leads again after a resign. While it leads on its new session, /healthz
-// is 200: health follows the session Run campaigns on, not the renewal
-// events of a session that is gone.
+// leads again after a resign, and both agree on GET /leader. While it leads
+// on its new session, /healthz is 200: health follows the session Run
+// campaigns on, not the renewal events of a session that is gone.
 func TestProgramHealthyWhenLeadingAfterPause(t *testing.T) {
 	c := fencingtest.SingleTLS(t)
 	p, a := startProgram(t, tlsArgs(c)...)
@@ -263,7 +263,17 @@ func TestProgramHealthyWhenLeadingAfterPause(t *testing.T) {
 	if code := post(t, b, "/resign"); code != http.StatusOK {
 		t.Fatalf("resign: %d", code)
 	}
-	leads(t, a, second)
+	third := leads(t, a, second)
+	var la, lb leaderJSON
+	fencingtest.WaitFor(t, hang, "both replicas to report the resumed replica's term", func() bool {
+		var ca, cb int
+		ca, la = getLeader(t, a)
+		cb, lb = getLeader(t, b)
+		return ca == http.StatusOK && cb == http.StatusOK && la.Token == third && lb.Token == third
+	})
+	if !la.Self || lb.Self || la.Value != lb.Value {
+		t.Fatalf("GET /leader: the resumed replica says %+v, the other %+v; want one leader, the resumed one", la, lb)
+	}
 	if code, body := healthz(t, a); code != http.StatusOK {
 		t.Fatalf("healthz of the replica that leads again: %d %s", code, body)
 	}
