@@ -62,8 +62,9 @@
 // a higher one appear ends its work's context with a cause wrapping
 // ErrPreempted, waits up to two seconds for that candidate to queue right
 // behind it, and resigns, so that it takes over one round trip later and
-// no lower candidate leads in between. Equal priorities never preempt each
-// other. In a rolling upgrade with priority = version, where each new
+// no lower-ranked candidate leads in between (an unranked replica queued
+// right behind the leader still does, and keeps leading: see below). Equal
+// priorities never preempt each other. In a rolling upgrade with priority = version, where each new
 // replica is up before the old one it replaces stops, leadership moves
 // once, to the first new replica; when the old leader stops before any new
 // replica is up, leadership goes to another old one meanwhile, and moves a
@@ -78,8 +79,14 @@
 // RunGroup, Priority and WithDrain rank the replicas the same way (a name
 // goes only to the highest-ranked replicas that list it, balanced among
 // them), and Weight sets a replica's share. During a rolling upgrade ranked
-// by version, each new replica takes its share from the new ones before it,
-// so a name moves at most once per new replica (the first takes them all).
+// by version, each new replica takes its share from the new ones before it
+// (the bounded loads may also move a name between two of those), and a name
+// moves at most once per new replica, the first taking them all
+// (TestGroupRollingUpgrade). Once in all is not possible with balance: the
+// first new replica must lead every name until a second one comes. A
+// RunGroup replica of a leasehold from before ranks assigns names without
+// ranks or weights: exclusion holds, but balance is not promised while both
+// versions run.
 //
 // Every name listed by a running replica has a leader within a bound: once
 // the last leader's key is gone (at once for a replica that stops or gives
@@ -87,8 +94,15 @@
 // crashed or is cut off), the highest-ranked live candidates campaign, and
 // one leads within a few round trips, or, when its work keeps failing,
 // after its backoff (at most WithBackoff's max, 5 s unset); a preempted
-// leader delays the handover by at most two seconds more. Priorities only
-// decide who campaigns and who gives way: the queue alone decides who
+// leader delays the handover by at most two seconds more. With the defaults
+// that is: a few round trips after a stop, a handover or a drain; 10.5 s
+// plus a few round trips after a crash or a partition (a RunGroup
+// replica's names go with its membership key, on the same lease, and the
+// others learn of it by a watch event); 2 s more while a preempted leader
+// hands over; 5 s more per failed work, and a RunGroup replica declines a
+// name after three. The suite's group workload checks it after its faults
+// (TestGroupUnderFaults, the soak: every name led within a minute).
+// Priorities only decide who campaigns and who gives way: the queue alone decides who
 // leads, so terms never overlap whatever the priorities, and a replica
 // cut off from etcd has no session, so no record, and cannot hold the
 // name from a lower one. Replicas that rank nothing, or run a leasehold
