@@ -67,6 +67,7 @@ func TestGroupUnderFaults(t *testing.T) {
 	h.mu.Unlock()
 	waitGroupBalanced(t, c, live)
 	waitRunLed(t, c)
+	waitLeases(t, c, 3*live)
 	cancel()
 	h.stopAll()
 	wg.Wait()

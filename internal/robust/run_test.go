@@ -112,3 +112,17 @@ func acknowledged(events []event, name string) int {
 	}
 	return n
 }
+
+// waitLeases waits until etcd holds exactly n leases: once the faults have
+// stopped, one per session the workers hold (a lock worker's; a group
+// replica's, its Run's and its observer's). A lease that outlives its
+// session, or a session kept past its loss, shows here.
+func waitLeases(t *testing.T, c *fencingtest.Cluster, n int) {
+	var got int64
+	fencingtest.WaitFor(t, time.Minute, fmt.Sprintf("%d leases, one per session", n), func() bool {
+		_, leases, err := keysAndLeases(t.Context(), c)
+		got = leases
+		return err == nil && leases == int64(n)
+	})
+	t.Logf("%d leases once the faults stopped (%d last read)", n, got)
+}

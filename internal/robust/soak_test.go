@@ -93,6 +93,10 @@ func TestSoak(t *testing.T) {
 	group.mu.Unlock()
 	waitGroupBalanced(t, c, live)
 	waitRunLed(t, c)
+	lock.mu.Lock()
+	locking := 3 + len(lock.procs)
+	lock.mu.Unlock()
+	waitLeases(t, c, locking+3*live)
 	cancel()
 	<-sampling
 	lock.stopAll()
