@@ -85,8 +85,11 @@
 // (TestGroupRollingUpgrade). Once in all is not possible with balance: the
 // first new replica must lead every name until a second one comes. A
 // RunGroup replica of a leasehold from before ranks assigns names without
-// ranks or weights: exclusion holds, but balance is not promised while both
-// versions run.
+// ranks or weights, and each replica campaigns only for the names it
+// assigns itself: exclusion holds, but while both versions run, a name each
+// side assigns to the other's replica is led by neither. Bring every
+// replica of a group to a leasehold with ranks before setting Priority,
+// WithDrain or Weight on any.
 //
 // Every name listed by a running replica has a leader within a bound: once
 // the last leader's key is gone (at once for a replica that stops or gives
