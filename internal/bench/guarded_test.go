@@ -36,6 +36,29 @@ func BenchmarkGuardedWrites(b *testing.B) {
 	}
 }
 
+// BenchmarkGuardedWritesAlternating is BenchmarkGuardedWrites with the
+// three sides taking turns, as BenchmarkThroughputAlternating's do (its
+// LEASEHOLD_THROUGHPUT_ROUNDS and _WINDOW): ratio-median is guard.Put's rate
+// over concurrency's guarded txn's, ceiling-ratio-median over plain Puts'.
+//
+//	go test ./internal/bench -run '^$' -bench GuardedWritesAlternating -benchtime 1x
+func BenchmarkGuardedWritesAlternating(b *testing.B) {
+	window, rounds := throughputWindow(b), throughputRounds(b)
+	c := cluster(b)
+	sides := []string{"put", "guarded", "concurrency-guarded"}
+	for _, owners := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
+			pools := make([]*pool, len(sides))
+			for s, side := range sides {
+				pools[s] = newPool(b, c, 1, owners, func(cli *clientv3.Client, run string, i int) cycler {
+					return newWriter(b, side, cli, run, i)
+				})
+			}
+			takeTurns(b, sides, pools, rounds, window, "writes/s")
+		})
+	}
+}
+
 // newWriter returns owner i's write: its lock is taken first, and held.
 func newWriter(b *testing.B, impl string, cli *clientv3.Client, run string, i int) cycler {
 	key, name := fmt.Sprint(run, "data/", i), fmt.Sprint(run, "owner/", i)

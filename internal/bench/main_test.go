@@ -239,13 +239,24 @@ func (l *latencies) report(b *testing.B) {
 	if len(l.d) == 0 {
 		return
 	}
-	slices.Sort(l.d)
-	at := func(p float64) float64 {
-		return float64(l.d[min(len(l.d)-1, int(p*float64(len(l.d))))].Microseconds()) / 1000
+	b.ReportMetric(l.at(0.50), "p50-ms")
+	b.ReportMetric(l.at(0.99), "p99-ms")
+	b.ReportMetric(l.at(1), "max-ms")
+}
+
+// reportP50 reports the median alone, as unit.
+func (l *latencies) reportP50(b *testing.B, unit string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) > 0 {
+		b.ReportMetric(l.at(0.5), unit)
 	}
-	b.ReportMetric(at(0.50), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
-	b.ReportMetric(float64(l.d[len(l.d)-1].Microseconds())/1000, "max-ms")
+}
+
+// at returns the p quantile in ms, sorting first. Called with mu held.
+func (l *latencies) at(p float64) float64 {
+	slices.Sort(l.d)
+	return float64(l.d[min(len(l.d)-1, int(p*float64(len(l.d))))].Microseconds()) / 1000
 }
 
 // cluster starts the single-member etcd of one benchmark and warms it up:

@@ -21,7 +21,9 @@ import (
 //     rolling upgrade without priorities): from both to the new one's work;
 //   - preferred: a replica of higher Priority starts while a lower one
 //     leads: from its Run call (lease grant included) to its work starting,
-//     the lower one giving way.
+//     the lower one giving way; session-p50-ms counts from its session's
+//     grant instead (OnSession), as a plain handoff's waiter has its
+//     session before the handoff starts.
 //
 // at-rest-req/s is the non-keepalive requests per second of the two
 // replicas once the preferred one leads, over the second that starts 100 ms
@@ -31,7 +33,7 @@ func BenchmarkPreferredHandover(b *testing.B) {
 	c := cluster(b)
 	for _, mode := range []string{"plain", "replaced", "preferred"} {
 		b.Run(mode, func(b *testing.B) {
-			var lat latencies
+			var lat, fromSession latencies
 			ctr := &etcdtest.Counter{}
 			cli := [2]*clientv3.Client{c.Client(b, etcdtest.WithCounter(ctr)), c.Client(b, etcdtest.WithCounter(ctr))}
 			var termStart, atRest float64
@@ -43,7 +45,7 @@ func BenchmarkPreferredHandover(b *testing.B) {
 				}
 				low := startRun(b, cli[0], name, lowOpts...)
 				<-low.working
-				var start time.Time
+				var start, granted time.Time
 				var high *run
 				switch mode {
 				case "plain":
@@ -57,10 +59,15 @@ func BenchmarkPreferredHandover(b *testing.B) {
 					low.stop()
 				case "preferred":
 					start = time.Now()
-					high = startRun(b, cli[1], name, highOpts...)
+					high = startRun(b, cli[1], name, append(highOpts, election.OnSession(func(*fencing.Session) {
+						granted = time.Now() // before the replica campaigns: read after its work starts
+					}))...)
 				}
 				<-high.working
 				lat.add(time.Since(start))
+				if mode == "preferred" {
+					fromSession.add(time.Since(granted))
+				}
 				if i == b.N-1 {
 					// The new term's first requests (a ranked leader's read and
 					// watch of the queue) come within ms of its start; at rest
@@ -76,6 +83,9 @@ func BenchmarkPreferredHandover(b *testing.B) {
 				high.stop()
 			}
 			lat.report(b)
+			if mode == "preferred" {
+				fromSession.reportP50(b, "session-p50-ms")
+			}
 			b.ReportMetric(atRest, "at-rest-req/s")
 			b.ReportMetric(termStart, "term-start-req")
 		})

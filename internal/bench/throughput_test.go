@@ -67,24 +67,33 @@ func BenchmarkThroughputAlternating(b *testing.B) {
 						return newCycler(b, side, cli, run, i)
 					})
 				}
-				for range b.N {
-					rates := make([][]float64, len(sides))
-					for r := range rounds {
-						for k := range sides {
-							s := (r + k) % len(sides)
-							rates[s] = append(rates[s], pools[s].rate(b, window))
-						}
-					}
-					for s, side := range sides {
-						b.ReportMetric(median(rates[s]), side+"-cycles/s")
-					}
-					vsConcurrency, vsCeiling := ratios(rates[1], rates[2]), ratios(rates[1], rates[0])
-					b.ReportMetric(median(vsConcurrency), "ratio-median")
-					b.ReportMetric(slices.Min(vsConcurrency), "ratio-min")
-					b.ReportMetric(median(vsCeiling), "ceiling-ratio-median")
-				}
+				takeTurns(b, sides, pools, rounds, window, "cycles/s")
 			})
 		}
+	}
+}
+
+// takeTurns runs rounds of one window per pool, the order rotating from
+// round to round, and reports each side's median rate (side-unit) and, from
+// the rounds, the median and lowest of the second side's rate over the
+// third's (ratio-median, ratio-min) and the median of the second's over the
+// first's (ceiling-ratio-median): sides are ceiling, leasehold, its rival.
+func takeTurns(b *testing.B, sides []string, pools []*pool, rounds int, window time.Duration, unit string) {
+	for range b.N {
+		rates := make([][]float64, len(sides))
+		for r := range rounds {
+			for k := range sides {
+				s := (r + k) % len(sides)
+				rates[s] = append(rates[s], pools[s].rate(b, window))
+			}
+		}
+		for s, side := range sides {
+			b.ReportMetric(median(rates[s]), side+"-"+unit)
+		}
+		vsRival, vsCeiling := ratios(rates[1], rates[2]), ratios(rates[1], rates[0])
+		b.ReportMetric(median(vsRival), "ratio-median")
+		b.ReportMetric(slices.Min(vsRival), "ratio-min")
+		b.ReportMetric(median(vsCeiling), "ceiling-ratio-median")
 	}
 }
 
