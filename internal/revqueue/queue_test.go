@@ -195,8 +195,12 @@ func TestWaitersShareTheSessionStream(t *testing.T) {
 	// owner; the second learns of it once its own wait ends.
 	c.Delete(t, "q/001")
 	fencingtest.WaitFor(t, 10*time.Second, "the third waiter's re-read", func() bool { return ctr.Requests("Txn") >= n+2 })
-	if entries[2].Owner() {
-		t.Fatal("the third waiter owns while the owner's key lives")
+	// Its Wait is still running: the entry is its until it returns, and
+	// Wait returns nil only once it owns.
+	select {
+	case err := <-done[2]:
+		t.Fatalf("the third waiter's Wait returned (%v) while the owner's key lives", err)
+	default:
 	}
 	c.Delete(t, "q/000")
 	if err := <-done[1]; !errors.Is(err, revqueue.ErrKeyDeleted) {
