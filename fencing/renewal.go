@@ -34,8 +34,11 @@ func newRenewer(cli *clientv3.Client, id clientv3.LeaseID) *renewer {
 
 // renew renews the lease once, within timeout unless ctx ends first, and
 // returns the TTL etcd granted, or rpctypes.ErrLeaseNotFound if the lease is
-// gone. A failure ends the stream; the next renewal opens another.
-func (r *renewer) renew(ctx context.Context, timeout time.Duration) (int64, error) {
+// gone. A failure ends the stream; the next renewal opens another. Opening
+// one may take until open: with auth on it waits for a token, a bcrypt
+// check on etcd, and cutting that short at timeout would only make the next
+// renewal ask for another (under load, none would ever end in time).
+func (r *renewer) renew(ctx context.Context, timeout, open time.Duration) (int64, error) {
 	if !r.plain {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -47,13 +50,13 @@ func (r *renewer) renew(ctx context.Context, timeout time.Duration) (int64, erro
 	}
 	deadline := time.Now().Add(timeout)
 	reused := r.stream != nil
-	resp, err := r.exchange(ctx, timeout)
+	resp, err := r.exchange(ctx, timeout, open)
 	if err != nil && reused && ctx.Err() == nil && time.Until(deadline) > 0 {
 		// A stream that broke while idle (its member restarted, the
 		// connection was reset) fails the next request at once: the
 		// renewal goes on a new stream, as KeepAliveOnce's would.
 		r.close()
-		resp, err = r.exchange(ctx, time.Until(deadline))
+		resp, err = r.exchange(ctx, time.Until(deadline), open)
 	}
 	switch {
 	case err != nil:
@@ -65,24 +68,30 @@ func (r *renewer) renew(ctx context.Context, timeout time.Duration) (int64, erro
 	return resp.TTL, nil
 }
 
-// exchange sends one keepalive request on the stream, opened if need be,
-// and receives its answer; past timeout, it ends the stream (and so its own
-// wait).
-func (r *renewer) exchange(ctx context.Context, timeout time.Duration) (*pb.LeaseKeepAliveResponse, error) {
-	open := r.stream == nil
-	if open {
+// exchange sends one keepalive request on the stream, opened if need be
+// (within open), and receives its answer; past timeout, it ends the stream
+// (and so its own wait).
+func (r *renewer) exchange(ctx context.Context, timeout, open time.Duration) (*pb.LeaseKeepAliveResponse, error) {
+	opening := r.stream == nil
+	budget := timeout
+	if opening {
 		ctx, r.end = context.WithCancel(ctx)
+		budget = max(timeout, open)
 	}
-	t := time.AfterFunc(timeout, r.end)
+	t := time.AfterFunc(budget, r.end)
 	defer t.Stop()
-	if open {
-		// Wait for a connection, as clientv3's own lease calls do, within
-		// timeout, rather than fail at once while it reconnects.
+	if opening {
+		// Wait for a connection, as clientv3's own lease calls do, rather
+		// than fail at once while it reconnects, and for the token.
 		s, err := pb.NewLeaseClient(r.cli.ActiveConnection()).LeaseKeepAlive(ctx, grpc.WaitForReady(true))
 		if err != nil {
 			return nil, err
 		}
 		r.stream = s
+		if !t.Stop() {
+			return nil, context.Cause(ctx) // ended as it opened
+		}
+		t.Reset(timeout)
 	}
 	if err := r.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(r.id)}); err != nil {
 		return nil, err

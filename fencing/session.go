@@ -293,7 +293,7 @@ func (s *Session) keepAlive() {
 		case <-time.After(wait):
 		}
 		sent := time.Now()
-		ttl, err := r.renew(s.ctx, s.period)
+		ttl, err := r.renew(s.ctx, s.period, time.Until(s.ValidUntil()))
 		switch {
 		case err == nil:
 			s.link.Latency.Observe(time.Since(sent))

@@ -134,7 +134,8 @@ func WithAuth(user, password string) ClientOption {
 }
 
 // EnableAuth turns etcd authentication on, with a root user whose client
-// replaces Admin.
+// replaces Admin. Passwords are hashed at bcrypt's lowest cost, so that an
+// Authenticate is quick (etcd's default, 10, takes ~50 ms of CPU each).
 func (c *Cluster) EnableAuth(t TB) {
 	t.Helper()
 	ctx := Context(t, adminTimeout)

@@ -154,3 +154,53 @@ func countCalls(method string, n *atomic.Int32) fencingtest.ClientOption {
 			}))
 	}
 }
+
+// With auth on, a session renews although every Authenticate takes longer
+// than a renewal's time (TTL/3): opening the keepalive stream waits for a
+// token, a bcrypt check on etcd, which a loaded etcd (or a high
+// --bcrypt-cost, or the race detector) makes slow. Cut short at a renewal's
+// time, each retry asked for another token and none ended in time: the
+// session ended with ErrLeaseUnconfirmed before its first renewal.
+func TestRenewalsSurviveSlowAuthenticate(t *testing.T) {
+	c := fencingtest.Single(t)
+	c.EnableAuth(t)
+	c.AddUser(t, "svc", "leasehold/")
+	// TTL 6 s: a renewal every 2 s; the first, 2 s after the grant, has
+	// until ValidUntil (5.4 s after it) to open its stream.
+	const ttl, authDelay = 6 * time.Second, 2500 * time.Millisecond
+	var renewals atomic.Int32
+	// The client's first token comes as it connects, before the delay
+	// applies: only the stream's tokens are slow.
+	var slow atomic.Bool
+	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"), delayCalls("Authenticate", &slow, authDelay))
+	slow.Store(true)
+	s := fencingtest.Session(t, svc, fencing.WithTTL(ttl), fencing.WithObserver(fencing.Observer{
+		OnRenew: func(e fencing.RenewEvent) {
+			if e.Err == nil {
+				renewals.Add(1)
+			}
+		},
+	}))
+	fencingtest.WaitFor(t, fencingtest.Wait, "3 renewals", func() bool { return renewals.Load() >= 3 || s.Err() != nil })
+	if err := s.Err(); err != nil {
+		t.Fatalf("the session ended after %d renewals: %v", renewals.Load(), err)
+	}
+}
+
+// delayCalls sends a client's unary calls of method (its last path element)
+// d late while on is true: the request reaches etcd as from a slow link.
+func delayCalls(method string, on *atomic.Bool, d time.Duration) fencingtest.ClientOption {
+	return func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if path.Base(m) == method && on.Load() {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return invoker(ctx, m, req, reply, cc, opts...)
+			}))
+	}
+}
