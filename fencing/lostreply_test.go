@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -221,4 +222,118 @@ func TestStoppedEnqueueLeavesNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	fencingtest.WaitFor(t, wait, "the failed Lock's key to go", func() bool { return len(etcdtest.LockKeys(t, c, "stopped")) == 0 })
+}
+
+// A queue's sweeper deletes a key it saw with a slot no call held only if
+// it is still that life of the key: meanwhile the slot may have gone back to
+// the pool and to a new Lock, whose key is the same. Before, the sweeper's
+// delete took the new holder's key (seen once under CI's load as an Unlock's
+// "not held: key already gone").
+//
+// A's enqueue reply is lost, so its Unlock retires its slot and starts the
+// queue's sweeper; the sweeper's first read, which finds B's key, is
+// answered only once B has unlocked (its slot back in the pool); its delete
+// of that key is sent only once C holds the lock with the same slot.
+func TestSweeperSparesReusedSlot(t *testing.T) {
+	c := fencingtest.Single(t)
+	const name = "sweep-reuse"
+	var (
+		mine       atomic.Pointer[string] // the sweeper's read: the session's keys in the queue
+		readHeld   = make(chan struct{}, 1)
+		readGo     = make(chan struct{})
+		target     atomic.Pointer[string] // the key whose delete is held
+		deleteHeld = make(chan struct{}, 1)
+		deleteGo   = make(chan struct{})
+		deleteDone = make(chan struct{}, 1)
+	)
+	hold := fencingtest.ClientOption(func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				key := target.Load()
+				held := key != nil && deletes(req, *key) && target.CompareAndSwap(key, nil)
+				if held {
+					deleteHeld <- struct{}{}
+					await(ctx, deleteGo)
+				}
+				err := invoker(ctx, m, req, reply, cc, opts...)
+				if held {
+					deleteDone <- struct{}{}
+				}
+				if r, ok := req.(*pb.RangeRequest); ok {
+					if p := mine.Load(); p != nil && string(r.Key) == *p && mine.CompareAndSwap(p, nil) {
+						readHeld <- struct{}{}
+						await(ctx, readGo)
+					}
+				}
+				return err
+			}))
+	})
+	r := &fencingtest.Replies{Decide: once(fencingtest.LoseReply, enqueueOf(name))}
+	s := newSession(t, c.Client(t, r.Option(), hold))
+	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", name)
+	stem := prefix + keyspace.Stem(int64(s.Lease()))
+	mine.Store(&stem)
+	ctx := fencingtest.Context(t, wait)
+
+	a := fencingtest.Lock(t, s, name) // its first enqueue's reply lost: retried
+	bc := make(chan *fencing.Hold, 1)
+	go func() {
+		b, err := newMutex(t, s, name).Lock(ctx)
+		if err != nil {
+			t.Errorf("B's Lock: %v", err)
+		}
+		bc <- b
+	}()
+	fencingtest.WaitFor(t, wait, "B queued", func() bool { return len(etcdtest.LockKeys(t, c, name)) == 2 })
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fencingtest.Receive(t, readHeld, "the sweeper's first read")
+	b := <-bc
+	if b == nil {
+		t.FailNow()
+	}
+	bKey := b.Key()
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	target.Store(&bKey)
+	close(readGo)
+	fencingtest.Receive(t, deleteHeld, "the sweeper's delete of B's key")
+	h := fencingtest.Lock(t, s, name)
+	if h.Key() != bKey {
+		t.Fatalf("C locked with %s, not B's slot %s", h.Key(), bKey)
+	}
+	close(deleteGo)
+	fencingtest.Receive(t, deleteDone, "the sweeper's delete")
+	if keys := etcdtest.LockKeys(t, c, name); len(keys) != 1 || keys[0] != bKey {
+		t.Fatalf("keys after the sweeper's delete: %q, want C's %s", keys, bKey)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatalf("C's Unlock: %v", err)
+	}
+}
+
+// await waits until ch is closed or ctx ends (the session's close, if the
+// test failed first).
+func await(ctx context.Context, ch <-chan struct{}) {
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+// deletes reports whether req deletes key, alone or in a txn.
+func deletes(req any, key string) bool {
+	switch r := req.(type) {
+	case *pb.DeleteRangeRequest:
+		return string(r.Key) == key
+	case *pb.TxnRequest:
+		for _, op := range r.Success {
+			if d := op.GetRequestDeleteRange(); d != nil && string(d.Key) == key {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -220,8 +220,8 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 // (etcd gives no bound), and the session's lease would then keep a ghost key
 // in the queue, ahead of every later waiter, until the session ends. The
 // sweeper watches the session's keys in dir, from before a read that finds
-// any already there, and deletes each key whose slot no live call of this
-// session holds: a retired slot is never handed out again, so only a late
+// any already there, and deletes each life of a key whose slot no live
+// call of this session held when it saw it (that life only: removeGhost): a retired slot is never handed out again, so only a late
 // request writes it. Once the session ends its lease is gone, and a late
 // enqueue on it fails.
 func sweep(s *Session, dir string) {
@@ -247,7 +247,7 @@ func sweepOnce(s *Session, dir string) (armed bool) {
 		if resp.Canceled || resp.Err() != nil {
 			return armed
 		}
-		var keys []string
+		var lives []target
 		if !armed { // the creation: ghosts written before the watch
 			armed = true
 			gctx, gcancel := context.WithTimeout(s.Life, s.TTL/3)
@@ -257,18 +257,18 @@ func sweepOnce(s *Session, dir string) (armed bool) {
 				return false
 			}
 			for _, kv := range got.Kvs {
-				keys = append(keys, string(kv.Key))
+				lives = append(lives, target{string(kv.Key), kv.CreateRevision})
 			}
 		}
 		for _, ev := range resp.Events {
-			keys = append(keys, string(ev.Kv.Key))
+			lives = append(lives, target{string(ev.Kv.Key), ev.Kv.CreateRevision})
 		}
-		for _, key := range keys {
-			if !ghost(s, dir, mine, key) {
+		for _, l := range lives {
+			if !ghost(s, dir, mine, l.key) {
 				continue
 			}
 			dctx, dcancel := context.WithTimeout(s.Life, s.TTL/3)
-			ok := tryRemove(dctx, s, key)
+			ok := removeGhost(dctx, s, l)
 			dcancel()
 			if !ok {
 				return false // refused or unanswered: back off, as for a watch that fails to arm
@@ -283,6 +283,15 @@ func sweepOnce(s *Session, dir string) (armed bool) {
 func ghost(s *Session, dir, mine, key string) bool {
 	n, err := strconv.ParseUint(strings.TrimPrefix(key, mine), 10, 64)
 	return err == nil && n > 0 && !s.Keys.InUse(dir, n)
+}
+
+// removeGhost deletes the life of a key seen with a slot no live call
+// held, only if it is still that life: the slot may since have gone back
+// to the pool and to a new call, whose key is the same (TestSweeperSparesReusedSlot).
+func removeGhost(ctx context.Context, s *Session, l target) bool {
+	_, err := s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
+		Then(clientv3.OpDelete(l.key)).Commit()
+	return err == nil
 }
 
 func tryRemove(ctx context.Context, s *Session, key string) bool {
