@@ -3,6 +3,7 @@ package fencing_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,7 +245,7 @@ func TestSweeperSparesReusedSlot(t *testing.T) {
 		target     atomic.Pointer[string] // the key whose delete is held
 		deleteHeld = make(chan struct{}, 1)
 		deleteGo   = make(chan struct{})
-		deleteDone = make(chan struct{}, 1)
+		deleteDone = make(chan error, 1)
 	)
 	hold := fencingtest.ClientOption(func(cfg *clientv3.Config) {
 		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
@@ -257,7 +258,7 @@ func TestSweeperSparesReusedSlot(t *testing.T) {
 				}
 				err := invoker(ctx, m, req, reply, cc, opts...)
 				if held {
-					deleteDone <- struct{}{}
+					deleteDone <- err
 				}
 				if r, ok := req.(*pb.RangeRequest); ok {
 					if p := mine.Load(); p != nil && string(r.Key) == *p && mine.CompareAndSwap(p, nil) {
@@ -305,7 +306,9 @@ func TestSweeperSparesReusedSlot(t *testing.T) {
 		t.Fatalf("C locked with %s, not B's slot %s", h.Key(), bKey)
 	}
 	close(deleteGo)
-	fencingtest.Receive(t, deleteDone, "the sweeper's delete")
+	if err := fencingtest.Receive(t, deleteDone, "the sweeper's delete"); err != nil {
+		t.Fatalf("the sweeper's delete did not reach etcd: %v", err) // nothing tested
+	}
 	if keys := etcdtest.LockKeys(t, c, name); len(keys) != 1 || keys[0] != bKey {
 		t.Fatalf("keys after the sweeper's delete: %q, want C's %s", keys, bKey)
 	}
@@ -336,4 +339,65 @@ func deletes(req any, key string) bool {
 		}
 	}
 	return false
+}
+
+// A Lock cancelled while it waits deletes its key; when that delete fails,
+// on a queue whose sweeper already runs, the key still goes. The sweeper saw
+// it written while its slot was in use, and looks at it no more: before,
+// the key stood on the live lease, ahead of every later waiter, until the
+// session ended.
+func TestFailedCleanupBehindSweeperLeavesNoKey(t *testing.T) {
+	c := fencingtest.Single(t)
+	const name = "cleanup-swept"
+	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", name)
+	var lost, refuse, armed atomic.Bool
+	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+		if fencingtest.PutsUnder(req, prefix) && lost.CompareAndSwap(false, true) {
+			return fencingtest.LoseReply // A's first enqueue: its slot is retired, the queue swept
+		}
+		if d, ok := req.(*pb.DeleteRangeRequest); ok && strings.HasPrefix(string(d.Key), prefix) && refuse.CompareAndSwap(true, false) {
+			return fencingtest.Refuse // the cancelled Lock's cleanup
+		}
+		return fencingtest.Pass
+	}}
+	var stem atomic.Pointer[string]
+	sweeperRead := fencingtest.ClientOption(func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				err := invoker(ctx, m, req, reply, cc, opts...)
+				if r, ok := req.(*pb.RangeRequest); ok && err == nil && stem.Load() != nil && string(r.Key) == *stem.Load() {
+					armed.Store(true) // the sweeper's watch is made before this read
+				}
+				return err
+			}))
+	})
+	s := newSession(t, c.Client(t, r.Option(), sweeperRead))
+	mine := prefix + keyspace.Stem(int64(s.Lease()))
+	stem.Store(&mine)
+	ctx := fencingtest.Context(t, wait)
+	a := fencingtest.Lock(t, s, name)
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fencingtest.WaitFor(t, wait, "the queue's sweeper armed", armed.Load)
+	holder := fencingtest.Lock(t, newSession(t, c.Client(t)), name)
+	refuse.Store(true)
+	lctx, cancel := context.WithCancel(ctx)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := newMutex(t, s, name).Lock(lctx)
+		failed <- err
+	}()
+	fencingtest.WaitFor(t, wait, "the waiter's key", func() bool { return len(etcdtest.LockKeys(t, c, name)) == 2 })
+	cancel()
+	if err := fencingtest.Receive(t, failed, "the cancelled Lock"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock: %v, want context.Canceled", err)
+	}
+	if refuse.Load() {
+		t.Fatal("the cleanup's delete was not refused")
+	}
+	fencingtest.WaitFor(t, wait, "the cancelled Lock's key to go", func() bool {
+		keys := etcdtest.LockKeys(t, c, name)
+		return len(keys) == 1 && keys[0] == holder.Key()
+	})
 }
