@@ -103,8 +103,9 @@
 // replica's names go with its membership key, on the same lease, and the
 // others learn of it by a watch event); 2 s more while a preempted leader
 // hands over; 5 s more per failed work, and a RunGroup replica declines a
-// name after three. The suite's group workload checks it after its faults
-// (TestGroupUnderFaults, the soak: every name led within a minute).
+// name after three. The suite's group workload checks only that every name
+// is led within a minute once its faults stop (TestGroupUnderFaults, the
+// soak).
 // Priorities only decide who campaigns and who gives way: the queue alone decides who
 // leads, so terms never overlap whatever the priorities, and a replica
 // cut off from etcd has no session, so no record, and cannot hold the

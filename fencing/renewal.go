@@ -32,46 +32,51 @@ func newRenewer(cli *clientv3.Client, id clientv3.LeaseID) *renewer {
 	return &renewer{cli: cli, id: id, plain: reflect.TypeOf(cli.Lease) == plainLease && cli.ActiveConnection() != nil}
 }
 
-// renew renews the lease once, within timeout unless ctx ends first, and
-// returns the TTL etcd granted, or rpctypes.ErrLeaseNotFound if the lease is
-// gone. A failure ends the stream; the next renewal opens another. Opening
-// one may take until open: with auth on it waits for a token, a bcrypt
+// renew renews the lease once and returns the TTL etcd granted, with the
+// time the acknowledged request was sent, or rpctypes.ErrLeaseNotFound if
+// the lease is gone. A request gets timeout for its answer; opening a stream
+// first may take until open: with auth on it waits for a token, a bcrypt
 // check on etcd, and cutting that short at timeout would only make the next
-// renewal ask for another (under load, none would ever end in time).
-func (r *renewer) renew(ctx context.Context, timeout, open time.Duration) (int64, error) {
+// renewal ask for another (under load, none would ever end in time). A
+// failure ends the stream; the next renewal opens another. A client whose
+// Lease is wrapped renews through KeepAliveOnce, a stream (and, with auth
+// on, a token) per call, within timeout.
+func (r *renewer) renew(ctx context.Context, timeout, open time.Duration) (int64, time.Time, error) {
 	if !r.plain {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
+		sent := time.Now()
 		resp, err := r.cli.KeepAliveOnce(ctx, r.id)
 		if err != nil {
-			return 0, err
+			return 0, sent, err
 		}
-		return resp.TTL, nil
+		return resp.TTL, sent, nil
 	}
 	deadline := time.Now().Add(timeout)
 	reused := r.stream != nil
-	resp, err := r.exchange(ctx, timeout, open)
+	resp, sent, err := r.exchange(ctx, timeout, open)
 	if err != nil && reused && ctx.Err() == nil && time.Until(deadline) > 0 {
 		// A stream that broke while idle (its member restarted, the
 		// connection was reset) fails the next request at once: the
 		// renewal goes on a new stream, as KeepAliveOnce's would.
 		r.close()
-		resp, err = r.exchange(ctx, time.Until(deadline), open)
+		resp, sent, err = r.exchange(ctx, time.Until(deadline), open)
 	}
 	switch {
 	case err != nil:
 		r.close()
-		return 0, err
+		return 0, sent, err
 	case resp.TTL <= 0:
-		return 0, rpctypes.ErrLeaseNotFound
+		return 0, sent, rpctypes.ErrLeaseNotFound
 	}
-	return resp.TTL, nil
+	return resp.TTL, sent, nil
 }
 
 // exchange sends one keepalive request on the stream, opened if need be
 // (within open), and receives its answer; past timeout, it ends the stream
-// (and so its own wait).
-func (r *renewer) exchange(ctx context.Context, timeout, open time.Duration) (*pb.LeaseKeepAliveResponse, error) {
+// (and so its own wait). It returns the time the request was sent: after
+// the stream's opening, which with auth on can take long.
+func (r *renewer) exchange(ctx context.Context, timeout, open time.Duration) (_ *pb.LeaseKeepAliveResponse, sent time.Time, _ error) {
 	opening := r.stream == nil
 	budget := timeout
 	if opening {
@@ -85,22 +90,23 @@ func (r *renewer) exchange(ctx context.Context, timeout, open time.Duration) (*p
 		// than fail at once while it reconnects, and for the token.
 		s, err := pb.NewLeaseClient(r.cli.ActiveConnection()).LeaseKeepAlive(ctx, grpc.WaitForReady(true))
 		if err != nil {
-			return nil, err
+			return nil, time.Now(), err
 		}
 		r.stream = s
 		if !t.Stop() {
-			return nil, context.Cause(ctx) // ended as it opened
+			return nil, time.Now(), context.Cause(ctx) // ended as it opened
 		}
 		t.Reset(timeout)
 	}
+	sent = time.Now()
 	if err := r.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(r.id)}); err != nil {
-		return nil, err
+		return nil, sent, err
 	}
 	resp, err := r.stream.Recv()
 	if err == nil && !t.Stop() {
 		r.close() // the answer came as the timer ended the stream: it stands
 	}
-	return resp, err
+	return resp, sent, err
 }
 
 // close ends the stream, if one is open.

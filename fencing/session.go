@@ -292,8 +292,14 @@ func (s *Session) keepAlive() {
 			return
 		case <-time.After(wait):
 		}
-		sent := time.Now()
-		ttl, err := r.renew(s.ctx, s.period, time.Until(s.ValidUntil()))
+		// The send time is the request's, taken after opening a stream (a
+		// token can take long): it counts for ValidUntil and the latency. A
+		// failure is reported from the renewal's start.
+		start := time.Now()
+		ttl, sent, err := r.renew(s.ctx, s.period, time.Until(s.ValidUntil()))
+		if err != nil {
+			sent = start
+		}
 		switch {
 		case err == nil:
 			s.link.Latency.Observe(time.Since(sent))

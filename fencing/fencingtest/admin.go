@@ -134,8 +134,9 @@ func WithAuth(user, password string) ClientOption {
 }
 
 // EnableAuth turns etcd authentication on, with a root user whose client
-// replaces Admin. Passwords are hashed at bcrypt's lowest cost, so that an
-// Authenticate is quick (etcd's default, 10, takes ~50 ms of CPU each).
+// replaces Admin. The kit's members hash passwords at bcrypt's lowest cost,
+// so that an Authenticate is quick (etcd's default, 10, takes ~50 ms of CPU
+// each, and over a second under the race detector).
 func (c *Cluster) EnableAuth(t TB) {
 	t.Helper()
 	ctx := Context(t, adminTimeout)

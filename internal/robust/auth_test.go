@@ -161,13 +161,14 @@ func countCalls(method string, n *atomic.Int32) fencingtest.ClientOption {
 // --bcrypt-cost, or the race detector) makes slow. Cut short at a renewal's
 // time, each retry asked for another token and none ended in time: the
 // session ended with ErrLeaseUnconfirmed before its first renewal.
+// (Authenticate is sent late by the test, as through a slow link.)
 func TestRenewalsSurviveSlowAuthenticate(t *testing.T) {
 	c := fencingtest.Single(t)
 	c.EnableAuth(t)
 	c.AddUser(t, "svc", "leasehold/")
 	// TTL 6 s: a renewal every 2 s; the first, 2 s after the grant, has
 	// until ValidUntil (5.4 s after it) to open its stream.
-	const ttl, authDelay = 6 * time.Second, 2500 * time.Millisecond
+	const ttl, authDelay = 6 * time.Second, 2200 * time.Millisecond
 	var renewals atomic.Int32
 	// The client's first token comes as it connects, before the delay
 	// applies: only the stream's tokens are slow.

@@ -66,12 +66,17 @@ func runReplica(ctx context.Context, id string, cli *clientv3.Client, emit func(
 // own, making a new one each time one is lost: what a dashboard does.
 func observe(ctx context.Context, cli *clientv3.Client, id string) {
 	for ctx.Err() == nil {
-		s, err := fencing.NewSession(ctx, cli, fencing.WithTTL(ttl), fencing.WithIdentity(id+"/observer"))
+		sctx, cancel := context.WithTimeout(ctx, ttl) // a grant through a cut link
+		s, err := fencing.NewSession(sctx, cli, fencing.WithTTL(ttl), fencing.WithIdentity(id+"/observer"))
+		cancel()
 		if err != nil {
 			pause(ctx, 100*time.Millisecond)
 			continue
 		}
-		e, _ := election.New(s, runName)
+		e, err := election.New(s, runName)
+		if err != nil {
+			panic(err) // a name the library refuses: the test is wrong
+		}
 		octx, cancel := context.WithCancel(ctx)
 		var reading sync.WaitGroup
 		reading.Go(func() {
