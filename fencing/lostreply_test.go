@@ -13,7 +13,6 @@ import (
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -198,21 +197,19 @@ func TestStoppedEnqueueLeavesNoKey(t *testing.T) {
 	owner := fencingtest.Lock(t, newSession(t, c.Client(t)), "stopped")
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", "stopped")
 	var n atomic.Int32
-	fault := func(cfg *clientv3.Config) {
-		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if !fencingtest.PutsUnder(req, prefix) {
-					return inv(ctx, method, req, reply, cc, opts...)
+	fault := etcdtest.Unary(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if !fencingtest.PutsUnder(req, prefix) {
+				return inv(ctx, method, req, reply, cc, opts...)
+			}
+			if n.Add(1) == 1 {
+				if err := inv(ctx, method, req, reply, cc, opts...); err != nil {
+					return err
 				}
-				if n.Add(1) == 1 {
-					if err := inv(ctx, method, req, reply, cc, opts...); err != nil {
-						return err
-					}
-					return status.Error(codes.Unknown, "raft: stopped")
-				}
-				return status.Error(codes.Unknown, "raft proposal dropped")
-			}))
-	}
+				return status.Error(codes.Unknown, "raft: stopped")
+			}
+			return status.Error(codes.Unknown, "raft proposal dropped")
+		})
 	s := newSession(t, c.Client(t, fault))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -247,28 +244,26 @@ func TestSweeperSparesReusedSlot(t *testing.T) {
 		deleteGo   = make(chan struct{})
 		deleteDone = make(chan error, 1)
 	)
-	hold := fencingtest.ClientOption(func(cfg *clientv3.Config) {
-		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				key := target.Load()
-				held := key != nil && deletes(req, *key) && target.CompareAndSwap(key, nil)
-				if held {
-					deleteHeld <- struct{}{}
-					await(ctx, deleteGo)
+	hold := etcdtest.Unary(
+		func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			key := target.Load()
+			held := key != nil && deletes(req, *key) && target.CompareAndSwap(key, nil)
+			if held {
+				deleteHeld <- struct{}{}
+				await(ctx, deleteGo)
+			}
+			err := invoker(ctx, m, req, reply, cc, opts...)
+			if held {
+				deleteDone <- err
+			}
+			if r, ok := req.(*pb.RangeRequest); ok {
+				if p := mine.Load(); p != nil && string(r.Key) == *p && mine.CompareAndSwap(p, nil) {
+					readHeld <- struct{}{}
+					await(ctx, readGo)
 				}
-				err := invoker(ctx, m, req, reply, cc, opts...)
-				if held {
-					deleteDone <- err
-				}
-				if r, ok := req.(*pb.RangeRequest); ok {
-					if p := mine.Load(); p != nil && string(r.Key) == *p && mine.CompareAndSwap(p, nil) {
-						readHeld <- struct{}{}
-						await(ctx, readGo)
-					}
-				}
-				return err
-			}))
-	})
+			}
+			return err
+		})
 	r := &fencingtest.Replies{Decide: once(fencingtest.LoseReply, enqueueOf(name))}
 	s := newSession(t, c.Client(t, r.Option(), hold))
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", name)
@@ -361,16 +356,14 @@ func TestFailedCleanupBehindSweeperLeavesNoKey(t *testing.T) {
 		return fencingtest.Pass
 	}}
 	var stem atomic.Pointer[string]
-	sweeperRead := fencingtest.ClientOption(func(cfg *clientv3.Config) {
-		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				err := invoker(ctx, m, req, reply, cc, opts...)
-				if r, ok := req.(*pb.RangeRequest); ok && err == nil && stem.Load() != nil && string(r.Key) == *stem.Load() {
-					armed.Store(true) // the sweeper's watch is made before this read
-				}
-				return err
-			}))
-	})
+	sweeperRead := etcdtest.Unary(
+		func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoker(ctx, m, req, reply, cc, opts...)
+			if r, ok := req.(*pb.RangeRequest); ok && err == nil && stem.Load() != nil && string(r.Key) == *stem.Load() {
+				armed.Store(true) // the sweeper's watch is made before this read
+			}
+			return err
+		})
 	s := newSession(t, c.Client(t, r.Option(), sweeperRead))
 	mine := prefix + keyspace.Stem(int64(s.Lease()))
 	stem.Store(&mine)

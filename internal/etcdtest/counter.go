@@ -107,3 +107,11 @@ func WithCounter(ctr *Counter) fencingtest.ClientOption {
 		cfg.DialOptions = append(cfg.DialOptions, grpc.WithStatsHandler(ctr))
 	}
 }
+
+// Unary puts f in a client's unary calls, after clientv3's own retries: a
+// test sees, holds or alters each request and its reply.
+func Unary(f grpc.UnaryClientInterceptor) fencingtest.ClientOption {
+	return func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(f))
+	}
+}

@@ -224,18 +224,15 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 	}
 }
 
-// removeRetired deletes the key of a retired slot, again after each failure,
-// until a delete returns or the session ends (the lease then takes it).
+// removeRetired deletes the key of a retired slot, again after each passing
+// failure, until a delete returns, etcd refuses it, or the session ends (the
+// lease then takes the key).
 func removeRetired(s *Session, key string) {
-	for wait := retry.MinBackoff; s.Life.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
-		ctx, cancel := context.WithTimeout(s.Life, s.TTL/3)
-		ok := tryRemove(ctx, s, key)
-		cancel()
-		if ok {
-			return
-		}
-		retry.Pause(s.Life, wait)
-	}
+	var unsure bool // a delete by name: one landing late removes nothing of ours
+	retry.Until(s.Life, s.Life, s.Latency, &unsure, func(ctx context.Context) error {
+		_, err := s.Client.Delete(ctx, key)
+		return err
+	})
 }
 
 // sweep runs the sweeper of the queue directory dir, one per queue for the
@@ -245,8 +242,9 @@ func removeRetired(s *Session, key string) {
 // in the queue, ahead of every later waiter, until the session ends. The
 // sweeper watches the session's keys in dir, from before a read that finds
 // any already there, and deletes each life of a key whose slot no live
-// call of this session held when it saw it (that life only: removeGhost): a retired slot is never handed out again, so only a late
-// request writes it. Once the session ends its lease is gone, and a late
+// call of this session held when it saw it (that life only: removeGhost):
+// a retired slot is never handed out again, so only a late request writes
+// it. Once the session ends its lease is gone, and a late
 // enqueue on it fails.
 func sweep(s *Session, dir string) {
 	s.Go(func() {

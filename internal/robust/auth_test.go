@@ -12,8 +12,8 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
 
@@ -144,15 +144,13 @@ func TestRenewalsDoNotAuthenticate(t *testing.T) {
 
 // countCalls counts a client's unary calls of method (its last path element).
 func countCalls(method string, n *atomic.Int32) fencingtest.ClientOption {
-	return func(cfg *clientv3.Config) {
-		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if path.Base(m) == method {
-					n.Add(1)
-				}
-				return invoker(ctx, m, req, reply, cc, opts...)
-			}))
-	}
+	return etcdtest.Unary(
+		func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if path.Base(m) == method {
+				n.Add(1)
+			}
+			return invoker(ctx, m, req, reply, cc, opts...)
+		})
 }
 
 // With auth on, a session renews although every Authenticate takes longer
@@ -191,17 +189,15 @@ func TestRenewalsSurviveSlowAuthenticate(t *testing.T) {
 // delayCalls sends a client's unary calls of method (its last path element)
 // d late while on is true: the request reaches etcd as from a slow link.
 func delayCalls(method string, on *atomic.Bool, d time.Duration) fencingtest.ClientOption {
-	return func(cfg *clientv3.Config) {
-		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if path.Base(m) == method && on.Load() {
-					select {
-					case <-time.After(d):
-					case <-ctx.Done():
-						return ctx.Err()
-					}
+	return etcdtest.Unary(
+		func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if path.Base(m) == method && on.Load() {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return ctx.Err()
 				}
-				return invoker(ctx, m, req, reply, cc, opts...)
-			}))
-	}
+			}
+			return invoker(ctx, m, req, reply, cc, opts...)
+		})
 }
