@@ -104,15 +104,19 @@ func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(cont
 			return nil
 		}
 		*unsure = *unsure || Unknown(err)
-		if !Transient(err) || ctx.Err() != nil || life.Err() != nil {
+		if !Transient(err) {
 			return err
 		}
-		if errors.Is(err, ErrNoAnswer) {
-			unanswered++ // it has waited enough: no backoff
-		} else {
-			pause(ctx, life, wait)
-			wait = min(2*wait, MaxBackoff)
+		if ctx.Err() == nil && life.Err() == nil {
+			if errors.Is(err, ErrNoAnswer) {
+				unanswered++ // it has waited enough: no backoff
+			} else {
+				pause(ctx, life, wait)
+				wait = min(2*wait, MaxBackoff)
+			}
 		}
+		// Ended while the attempt was out or during the pause: the caller's
+		// end is the answer, not the passing failure.
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
 		}

@@ -1,8 +1,12 @@
 package retry
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"go.uber.org/goleak"
 )
@@ -34,6 +38,22 @@ func TestAttemptTimeout(t *testing.T) {
 		if got := Timeout(c.lat, c.n); got != c.want {
 			t.Errorf("Timeout(%v, %d) = %v; want %v", c.lat.Get(), c.n, got, c.want)
 		}
+	}
+}
+
+// A call whose ctx ends while an attempt is out returns ctx's error, not
+// the passing failure that attempt then met: the caller asked to stop, and
+// checks errors.Is(err, context.Canceled). Before, Until returned the
+// attempt's "request timed out" (seen as a cancelled Lock's error).
+func TestUntilEndsWithCtxError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var unsure bool
+	err := Until(ctx, context.Background(), nil, &unsure, func(context.Context) error {
+		cancel() // the caller gives up while the request is out
+		return rpctypes.ErrTimeout
+	})
+	if !errors.Is(err, context.Canceled) || !unsure {
+		t.Fatalf("Until = %v (unsure %v); want context.Canceled, unsure", err, unsure)
 	}
 }
 
