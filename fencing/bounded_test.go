@@ -2,21 +2,26 @@ package fencing_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/sessionlink"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // A session whose enqueues lose their replies again and again (a far or
-// flaky client) keeps one sweeper per name, not one per lost reply: its
-// goroutines and the pool's state stay flat over 1600 lost replies on 16
-// names.
+// flaky client) keeps one sweeper per name (up to MaxSweeps names), not one
+// per lost reply: its goroutines and the pool's state stay flat over 1600
+// lost replies on 16 names.
 func TestLostRepliesKeepOneSweeper(t *testing.T) {
 	c := fencingtest.Single(t)
 	prefix := fencing.DefaultRoot + "far/" // every kind of every name under it
@@ -59,6 +64,114 @@ func TestLostRepliesKeepOneSweeper(t *testing.T) {
 	if keys := c.Keys(t, prefix); len(keys) != 0 {
 		t.Errorf("keys left: %q", keys)
 	}
+}
+
+// A session that loses the first reply on every new name (a job queue that
+// locks each job, from a flaky client) keeps at most MaxSweeps sweepers and
+// MaxSweptQueues marks, however many names: past MaxSweeps, queues share
+// the watch of the prefix they have in common. A late enqueue on a name
+// that only such a shared range covers is still swept.
+func TestLostRepliesOnNewNamesStayBounded(t *testing.T) {
+	c := fencingtest.Single(t)
+	const names = 2000
+	prefix := fencing.DefaultRoot + "jobs/"
+	var (
+		seen   sync.Map // keys whose first enqueue was sent
+		lost   atomic.Int64
+		late   atomic.Pointer[string] // the queue whose next enqueue arrives late
+		lateOK atomic.Bool
+	)
+	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+		if p := late.Load(); p != nil && fencingtest.PutsUnder(req, *p) {
+			if lateOK.CompareAndSwap(false, true) {
+				return fencingtest.Late
+			}
+			return fencingtest.Pass
+		}
+		if key := putKey(req); strings.HasPrefix(key, prefix) {
+			if _, again := seen.LoadOrStore(key, true); !again {
+				lost.Add(1)
+				return fencingtest.LoseReply
+			}
+		}
+		return fencingtest.Pass
+	}}
+	s := fencingtest.Session(t, c.Client(t, r.Option()), fencing.WithTTL(60*time.Second))
+	eachName(16, func(i int) bool { return lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("jobs/", i)).Lock) })
+	before := runtime.NumGoroutine()
+	eachName(names, func(i int) bool { return lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("jobs/", 16+i)).Lock) })
+	if t.Failed() {
+		return
+	}
+	if n := lost.Load(); n < names {
+		t.Fatalf("only %d replies lost", n)
+	}
+	ranges := fencing.SweptRanges(s)
+	if len(ranges) > sessionlink.MaxSweeps {
+		t.Errorf("%d ranges swept after %d names lost replies: %q", len(ranges), names+16, ranges)
+	}
+	if g := runtime.NumGoroutine(); g > before+20 {
+		t.Errorf("goroutines grew from %d to %d over %d names that lost replies", before, g, names)
+	}
+	if free, inUse, swept := fencing.KeyPoolSize(s); free > sessionlink.MaxFreeQueues || inUse != 0 || swept > sessionlink.MaxSweptQueues {
+		t.Errorf("key pool: %d queues with free slots, %d in use, %d swept; want at most %d, 0, at most %d",
+			free, inUse, swept, sessionlink.MaxFreeQueues, sessionlink.MaxSweptQueues)
+	}
+	// A name no range was made for: a shared range covers it.
+	shared := ""
+	for _, p := range ranges {
+		if !strings.HasSuffix(p, fencing.KeyStem(s)) {
+			shared = p
+		}
+	}
+	if shared == "" {
+		t.Fatalf("no shared range among %q", ranges)
+	}
+	name := strings.TrimPrefix(shared, fencing.DefaultRoot) + "late"
+	lp, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindLock, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := fencingtest.Lock(t, fencingtest.Session(t, c.Client(t)), name)
+	late.Store(&lp)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := fencingtest.Mutex(t, s, name).Lock(ctx)
+		done <- err
+	}()
+	fencingtest.WaitFor(t, wait, "the retried enqueue to queue", func() bool { return len(c.Keys(t, lp)) == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock: %v", err)
+	}
+	fencingtest.WaitFor(t, wait, "the cancelled Lock's key to go", func() bool { return len(c.Keys(t, lp)) == 1 })
+	r.Release() // the first enqueue arrives now, and writes the key again
+	fencingtest.WaitFor(t, wait, "the late key to be swept", func() bool { return len(c.Keys(t, lp)) == 1 })
+	if got := fencing.SweptRanges(s); len(got) > sessionlink.MaxSweeps {
+		t.Errorf("%d ranges swept: %q", len(got), got)
+	}
+	if err := owner.Unlock(fencingtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	lockUnlock(t, fencingtest.Mutex(t, fencingtest.Session(t, c.Client(t)), name).Lock) // not blocked by a ghost
+	if keys := c.Keys(t, prefix); len(keys) != 0 {
+		t.Errorf("keys left: %q", keys)
+	}
+}
+
+// putKey returns the key of the first put of a txn request, or "".
+func putKey(req any) string {
+	txn, ok := req.(*pb.TxnRequest)
+	if !ok {
+		return ""
+	}
+	for _, op := range txn.Success {
+		if p := op.GetRequestPut(); p != nil {
+			return string(p.Key)
+		}
+	}
+	return ""
 }
 
 // A session that locks many names, each once, keeps finished slots for at

@@ -88,7 +88,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 	}
 	s.period = s.ttl / 3
 	life, cancel := context.WithCancelCause(context.Background())
-	s.link = &sessionlink.Link{Client: cli, Lease: s.id, Root: cfg.Root, Identity: cfg.Identity, KeyStem: keyspace.Stem(int64(s.id)), Cluster: s.cluster, TTL: s.ttl, Owners: new(ownwatch.Registry), Keys: new(sessionlink.KeyPool), Expired: ErrLeaseExpired, Go: s.background,
+	s.link = &sessionlink.Link{Client: cli, Lease: s.id, Root: cfg.Root, Identity: cfg.Identity, KeyStem: keyspace.Stem(int64(s.id)), Cluster: s.cluster, TTL: s.ttl, Owners: new(ownwatch.Registry), Keys: new(sessionlink.KeyPool), Sweeps: new(sessionlink.Sweeps), Expired: ErrLeaseExpired, Go: s.background,
 		Track: func(kind, name string, rev int64, key string, wait time.Duration) sessionlink.Tenure {
 			return s.track(Kind(kind), Token{Name: name, Revision: rev, Cluster: s.cluster}, key, wait)
 		},

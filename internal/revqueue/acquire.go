@@ -49,12 +49,11 @@ func (q Queue) newSlot(s *Session) *slot {
 // put hands the slot back; only once the key is known gone.
 func (sl *slot) put(s *Session) { s.Keys.Put(sl.dir, sl.n) }
 
-// retire gives the slot up for good; the queue's sweeper deletes its key
+// retire gives the slot up for good; the session's sweepers delete its key
 // whenever a late request writes it again.
 func (sl *slot) retire(s *Session) {
-	if s.Keys.Retire(sl.dir, sl.n) {
-		sweep(s, sl.dir)
-	}
+	s.Keys.Retire(sl.dir, sl.n)
+	s.Sweeps.Cover(sl.dir+s.KeyStem, func(prefix string) context.CancelFunc { return sweep(s, prefix) })
 }
 
 // release is an Entry's Free: it runs once the owner's delete of the key has
@@ -202,7 +201,7 @@ func leaseGone(ctx context.Context, s *Session) bool {
 // for CleanupBudget past ctx's end. The slot is free again only if that
 // delete returned and every enqueue was answered. Otherwise it is retired:
 // the session deletes the key again until a delete returns, if the try
-// failed, and the queue's sweeper (see sweep) whenever a request whose reply
+// failed, and a sweeper of the session (see sweep) whenever a request whose reply
 // was lost writes it again.
 func removeKey(ctx context.Context, s *Session, sl *slot) {
 	dctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
@@ -235,61 +234,64 @@ func removeRetired(s *Session, key string) {
 	})
 }
 
-// sweep runs the sweeper of the queue directory dir, one per queue for the
-// session's life, however many of its slots were retired. An
-// enqueue whose reply was lost may be applied after any delete of ours
-// (etcd gives no bound), and the session's lease would then keep a ghost key
-// in the queue, ahead of every later waiter, until the session ends. The
-// sweeper watches the session's keys in dir, from before a read that finds
-// any already there, and deletes each life of a key whose slot no live
-// call of this session held when it saw it (that life only: removeGhost):
-// a retired slot is never handed out again, so only a late request writes
-// it. Once the session ends its lease is gone, and a late
-// enqueue on it fails.
-func sweep(s *Session, dir string) {
+// sweep runs a sweeper of the keys under prefix until the session ends or
+// the returned stop is called (sessionlink.Sweeps: at most MaxSweeps of
+// them, however many queues lost replies). An enqueue whose reply was lost
+// may be applied after any delete of ours (etcd gives no bound), and the
+// session's lease would then keep a ghost key in the queue, ahead of every
+// later waiter, until the session ends. The sweeper watches the keys under
+// prefix, from before a read that finds any already there, and deletes each
+// life of a key of this session whose slot no live call of this session
+// held when it saw it (that life only: removeGhost): a retired slot is never
+// handed out again, so only a late request writes it. Once the session ends
+// its lease is gone, and a late enqueue on it fails.
+func sweep(s *Session, prefix string) context.CancelFunc {
+	ctx, stop := context.WithCancel(s.Life)
 	s.Go(func() {
-		for wait := retry.MinBackoff; s.Life.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
-			if sweepOnce(s, dir) {
+		defer stop()
+		for wait := retry.MinBackoff; ctx.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
+			if sweepOnce(ctx, s, prefix) {
 				wait = retry.MinBackoff // the watch broke after working: no reason to wait long
 			}
-			retry.Pause(s.Life, wait)
+			retry.Pause(ctx, wait)
 		}
 	})
+	return stop
 }
 
-// sweepOnce watches the session's keys in dir and deletes each ghost (see
-// sweep): those there when the watch is armed, then each one written, until
-// the watch breaks or the session ends. It reports whether the watch was
-// armed and every delete succeeded.
-func sweepOnce(s *Session, dir string) (armed bool) {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.Life))
+// sweepOnce watches the keys under prefix and deletes each ghost of the
+// session (see sweep): those there when the watch is armed, then each one
+// written, until the watch breaks or ctx ends. It reports whether the watch
+// was armed and every delete succeeded.
+func sweepOnce(ctx context.Context, s *Session, prefix string) (armed bool) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	mine := dir + s.KeyStem
-	for resp := range s.Client.Watch(ctx, mine, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
+	for resp := range s.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
 		if resp.Canceled || resp.Err() != nil {
 			return armed
 		}
 		var lives []target
 		if !armed { // the creation: ghosts written before the watch
 			armed = true
-			gctx, gcancel := context.WithTimeout(s.Life, s.TTL/3)
-			got, err := s.Client.Get(gctx, mine, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			gctx, gcancel := context.WithTimeout(ctx, s.TTL/3)
+			got, err := s.Client.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 			gcancel()
 			if err != nil {
 				return false
 			}
 			for _, kv := range got.Kvs {
-				lives = append(lives, target{string(kv.Key), kv.CreateRevision})
+				if ghost(s, kv) {
+					lives = append(lives, target{string(kv.Key), kv.CreateRevision})
+				}
 			}
 		}
 		for _, ev := range resp.Events {
-			lives = append(lives, target{string(ev.Kv.Key), ev.Kv.CreateRevision})
+			if ghost(s, ev.Kv) {
+				lives = append(lives, target{string(ev.Kv.Key), ev.Kv.CreateRevision})
+			}
 		}
 		for _, l := range lives {
-			if !ghost(s, dir, mine, l.key) {
-				continue
-			}
-			dctx, dcancel := context.WithTimeout(s.Life, s.TTL/3)
+			dctx, dcancel := context.WithTimeout(ctx, s.TTL/3)
 			ok := removeGhost(dctx, s, l)
 			dcancel()
 			if !ok {
@@ -300,11 +302,19 @@ func sweepOnce(s *Session, dir string) (armed bool) {
 	return armed
 }
 
-// ghost reports whether key, one of the session's keys in dir, has a slot
-// no live call holds.
-func ghost(s *Session, dir, mine, key string) bool {
-	n, err := strconv.ParseUint(strings.TrimPrefix(key, mine), 10, 64)
-	return err == nil && n > 0 && !s.Keys.InUse(dir, n)
+// ghost reports whether kv is a queue key of the session ("<dir><stem><slot>":
+// the stem names the session's lease) whose slot no live call holds. A
+// prefix shared by several queues also holds other sessions' keys, and
+// the application's own. (A keys-only read carries no lease to check.)
+func ghost(s *Session, kv *mvccpb.KeyValue) bool {
+	key := string(kv.Key)
+	i := strings.LastIndexByte(key, '/') + 1
+	rest, ok := strings.CutPrefix(key[i:], s.KeyStem)
+	if !ok {
+		return false
+	}
+	n, err := strconv.ParseUint(rest, 10, 64)
+	return err == nil && n > 0 && !s.Keys.InUse(key[:i], n)
 }
 
 // removeGhost deletes the life of a key seen with a slot no live call

@@ -10,16 +10,18 @@ import "sync"
 // A queue none of whose slots was ever retired needs no memory for that:
 // every slot it handed out is in use or known deleted, so it hands out the
 // lowest slot not in use, however many queues the session has touched.
-// Only a queue with a retired slot (one with a sweeper) keeps its finished
-// slots, and takes new ones above every slot handed out so far. Its size is
-// bounded whatever the session's age: the slots in use, plus at most
-// MaxFreeQueues queues' finished slots (MaxFreePerQueue each), plus one mark
-// per queue that has a sweeper. The zero KeyPool is ready to use.
+// Only a queue with a retired slot (a swept one) keeps its finished slots,
+// and takes new ones above every slot handed out so far; once
+// MaxSweptQueues queues are, every queue is. Its size is bounded whatever
+// the session's age: the slots in use, plus at most MaxFreeQueues queues'
+// finished slots (MaxFreePerQueue each), plus at most MaxSweptQueues marks.
+// The zero KeyPool is ready to use.
 type KeyPool struct {
 	mu    sync.Mutex
 	free  map[string][]uint64 // guarded by mu: finished slots, per queue prefix
 	inUse map[slotOf]struct{} // guarded by mu: slots handed out and not yet back
-	swept map[string]bool     // guarded by mu: queues with a retired slot, and so a sweeper
+	swept map[string]bool     // guarded by mu: queues with a retired slot
+	all   bool                // guarded by mu: every queue counts as swept
 	next  uint64              // guarded by mu: the highest slot handed out, in any queue
 }
 
@@ -38,6 +40,11 @@ const (
 	// MaxFreePerQueue bounds one queue's finished slots: as many as the
 	// session's concurrent calls on one name.
 	MaxFreePerQueue = 16
+	// MaxSweptQueues bounds the queues marked as having a retired slot.
+	// Past it every queue counts as one: a queue that finished a call since
+	// has its finished slot to reuse, but its first acquire then costs a
+	// new slot, one more deleted key until etcd compacts.
+	MaxSweptQueues = 1024
 )
 
 // Get returns a slot for a new key under prefix that no live call of this
@@ -47,7 +54,7 @@ func (p *KeyPool) Get(prefix string) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var slot uint64
-	if !p.swept[prefix] {
+	if !p.isSwept(prefix) {
 		// No slot of this queue was retired, and so none kept: the lowest
 		// slot not in use is known deleted.
 		for slot = 1; p.used(prefix, slot); slot++ {
@@ -77,7 +84,7 @@ func (p *KeyPool) Put(prefix string, slot uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done(prefix, slot)
-	if !p.swept[prefix] {
+	if !p.isSwept(prefix) {
 		return // Get finds it by itself
 	}
 	f, ok := p.free[prefix]
@@ -98,21 +105,25 @@ func (p *KeyPool) Put(prefix string, slot uint64) {
 
 // Retire ends the use of slot without handing it back: its key may yet be
 // written again by a request whose reply was lost, so it is never reused.
-// It reports whether slot is the queue's first retired one: the caller
-// then starts the queue's one sweeper.
-func (p *KeyPool) Retire(prefix string, slot uint64) (first bool) {
+func (p *KeyPool) Retire(prefix string, slot uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done(prefix, slot)
-	if p.swept[prefix] {
-		return false
+	switch {
+	case p.isSwept(prefix):
+	case len(p.swept) >= MaxSweptQueues:
+		p.all = true
+	default:
+		if p.swept == nil {
+			p.swept = map[string]bool{}
+		}
+		p.swept[prefix] = true
 	}
-	if p.swept == nil {
-		p.swept = map[string]bool{}
-	}
-	p.swept[prefix] = true
-	return true
 }
+
+// isSwept reports whether a slot of the queue under prefix may have been
+// retired; mu is held.
+func (p *KeyPool) isSwept(prefix string) bool { return p.all || p.swept[prefix] }
 
 // done marks slot no longer in use; mu is held.
 func (p *KeyPool) done(prefix string, slot uint64) {
@@ -133,7 +144,7 @@ func (p *KeyPool) used(prefix string, slot uint64) bool {
 }
 
 // Size returns the number of queues with finished slots kept, of slots in
-// use, and of queues with a sweeper.
+// use, and of queues marked swept.
 func (p *KeyPool) Size() (free, inUse, swept int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -40,6 +40,9 @@ type Link struct {
 	Watches *ownwatch.Mux
 	// Keys hands out the session's key slots.
 	Keys *KeyPool
+	// Sweeps is the set of key ranges the session sweeps for keys written
+	// by requests whose replies were lost.
+	Sweeps *Sweeps
 	// Expired is the cause a watch reports with ownwatch.ErrKeyDeleted when a
 	// key went with its lease (fencing.ErrLeaseExpired).
 	Expired error

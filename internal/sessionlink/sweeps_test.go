@@ -1,0 +1,97 @@
+package sessionlink_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/internal/sessionlink"
+)
+
+// Below the limit each queue's range is its own; past it a new one merges
+// with the range it shares the longest prefix with.
+func TestPlan(t *testing.T) {
+	for _, tc := range []struct {
+		ps      []string
+		mine    string
+		add     string
+		drop    []string
+		covered bool
+	}{
+		{nil, "r/a#lock/s-", "r/a#lock/s-", nil, false},
+		{[]string{"r/a#lock/s-"}, "r/a#lock/s-", "", nil, true},
+		{[]string{"r/jobs/"}, "r/jobs/7#lock/s-", "", nil, true},
+		{[]string{"r/a#lock/s-"}, "r/b#lock/s-", "r/b#lock/s-", nil, false},
+		{[]string{"r/jobs/1#lock/s-", "r/x#lock/s-"}, "r/jobs/2#lock/s-", "r/jobs/", []string{"r/jobs/1#lock/s-"}, false},
+		{[]string{"r/jobs/1#lock/s-", "r/jobs/2#lock/s-"}, "r/jobs/3#lock/s-", "r/jobs/", []string{"r/jobs/1#lock/s-", "r/jobs/2#lock/s-"}, false},
+	} {
+		add, drop, covered := sessionlink.Plan(tc.ps, tc.mine, 2)
+		if add != tc.add || !slices.Equal(drop, tc.drop) || covered != tc.covered {
+			t.Errorf("Plan(%q, %q) = %q, %q, %v; want %q, %q, %v", tc.ps, tc.mine, add, drop, covered, tc.add, tc.drop, tc.covered)
+		}
+	}
+}
+
+// However many queues are covered, in whatever order, the set stays within
+// MaxSweeps prefixes, none starting another, that cover every one of them,
+// and each replaced sweeper is stopped.
+func TestSweepsBounded(t *testing.T) {
+	var s sessionlink.Sweeps
+	running := map[string]bool{}
+	var covered []string
+	for i := range 2000 {
+		mine := fmt.Sprintf("leasehold/tenant%d/job%d#lock/0000000000000001-", i%37, i)
+		s.Cover(mine, func(prefix string) context.CancelFunc {
+			running[prefix] = true
+			return func() { delete(running, prefix) }
+		})
+		covered = append(covered, mine)
+	}
+	checkSweeps(t, running, covered, sessionlink.MaxSweeps)
+	if got := s.Ranges(); len(got) != len(running) {
+		t.Fatalf("ranges %q, %d sweepers running", got, len(running))
+	}
+}
+
+func FuzzPlan(f *testing.F) {
+	f.Add("r/a#lock/s-\nr/b#lock/s-\nr/ab#lock/s-\nq#x/s-", uint8(2))
+	f.Fuzz(func(t *testing.T, mines string, limit uint8) {
+		var ps, covered []string
+		for _, mine := range strings.Split(mines, "\n") {
+			add, drop, ok := sessionlink.Plan(ps, mine, int(limit))
+			covered = append(covered, mine)
+			if ok {
+				continue
+			}
+			ps = slices.DeleteFunc(ps, func(p string) bool { return slices.Contains(drop, p) })
+			ps = append(ps, add)
+		}
+		running := map[string]bool{}
+		for _, p := range ps {
+			running[p] = true
+		}
+		checkSweeps(t, running, covered, max(int(limit), 1))
+	})
+}
+
+func checkSweeps(t *testing.T, running map[string]bool, covered []string, limit int) {
+	t.Helper()
+	if len(running) > limit {
+		t.Fatalf("%d ranges swept, more than %d", len(running), limit)
+	}
+	for p := range running {
+		for q := range running {
+			if p != q && strings.HasPrefix(q, p) {
+				t.Fatalf("range %q starts range %q", p, q)
+			}
+		}
+	}
+	for _, mine := range covered {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(running)), func(p string) bool { return strings.HasPrefix(mine, p) }) {
+			t.Fatalf("%q no longer covered by %v", mine, running)
+		}
+	}
+}
