@@ -30,11 +30,13 @@ import (
 // cluster, under the suite's
 // fault mix on both and leader transfers, for LEASEHOLD_SOAK (a duration:
 // "1h"; CI runs "90s"). Every LEASEHOLD_SOAK_EVERY (1m; a twelfth of the
-// length when shorter) each worker subprocess reports its goroutines and live
-// heap, and the test its own and the cluster's keys, leases, watchers and
-// watch streams. Checks: both workloads' violations, none; no judged series
-// grows over the last half; once the workers stop, no key and no lease is
-// left. LEASEHOLD_SOAK_SVG names the plot's file (else one in a temp dir);
+// length when shorter) each worker subprocess reports its goroutines, live
+// heap, sessions (leases granted and not revoked) and open watches (census),
+// and the test its own and the cluster's keys, leases, watchers and
+// watch streams. Checks: both workloads' violations, none; at each pause of
+// the faults (every quarter of the run), one lease per live session and the
+// keys back to their level at the first pause; no judged series grows over
+// the last half; once the workers stop, no key and no lease is left. LEASEHOLD_SOAK_SVG names the plot's file (else one in a temp dir);
 // LEASEHOLD_SOAK_GOROUTINES a file for the test process's goroutines, grouped
 // by stack, as the faults stop (to trace a growth the table shows).
 const (
@@ -85,17 +87,21 @@ func TestSoak(t *testing.T) {
 		defer close(sampling)
 		sm.run(ctx, c, start, every)
 	}()
-	lock.faultLoop(ctx, hist, func() bool { return time.Since(start) > length })
+	// Faults overlap (one starts every 0.3-1 s, each lasts past the TTL):
+	// every quarter of the run they pause until the ones under way end, and
+	// keys and leases must come back to the workload's level.
+	window, steady := max(every, length/4), int64(-1)
+	for end := start.Add(window); time.Since(start) < length; end = end.Add(window) {
+		lock.faultLoop(ctx, hist, func() bool { return time.Now().After(end) || time.Since(start) > length })
+		group.settle()
+		if time.Since(start) < length {
+			steady = waitSteady(t, c, lock, group, steady)
+		}
+	}
 	dumpGoroutines(t)
-	group.settle()
-	group.mu.Lock()
-	live := 2 + len(group.procs)
-	group.mu.Unlock()
+	live, locking := group.live(2), lock.live(3)
 	waitGroupBalanced(t, c, live)
 	waitRunLed(t, c)
-	lock.mu.Lock()
-	locking := 3 + len(lock.procs)
-	lock.mu.Unlock()
 	waitLeases(t, c, locking+3*live)
 	cancel()
 	<-sampling
@@ -135,6 +141,38 @@ func TestSoak(t *testing.T) {
 		keys, leases, err := keysAndLeases(t.Context(), c)
 		return err == nil && keys == 0 && leases == 0
 	})
+}
+
+// waitSteady waits, once the faults under way have ended, for etcd to hold
+// one lease per live session (each lock worker one, each group replica
+// three) and no more keys than at the first such pause (steady < 0: this
+// is the first, and it sets the level), give or take the workload's own
+// swing. It returns the level.
+func waitSteady(t *testing.T, c *fencingtest.Cluster, lock, group *harness, steady int64) int64 {
+	want := int64(lock.live(3) + 3*group.live(2))
+	var keys, leases int64
+	fencingtest.WaitFor(t, time.Minute, "keys and leases back to the workload's level after the faults", func() bool {
+		k, l, err := keysAndLeases(t.Context(), c)
+		keys, leases = k, l
+		return err == nil && l == want && (steady < 0 || k <= steady+steadySwing)
+	})
+	t.Logf("after the faults: %d leases, %d keys (level %d)", leases, keys, steady)
+	if steady < 0 {
+		return keys
+	}
+	return steady
+}
+
+// steadySwing is how far the keys move with the workload alone: waiters
+// queue and leave, elections are contested.
+const steadySwing = 10
+
+// live returns the number of the harness's workers: inProcess of them in
+// this process, and its subprocesses.
+func (h *harness) live(inProcess int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return inProcess + len(h.procs)
 }
 
 // dumpGoroutines writes the process's goroutines, grouped by stack, to the
@@ -218,6 +256,8 @@ func keysAndLeases(ctx context.Context, c *fencingtest.Cluster) (keys, leases in
 type procSample struct {
 	goroutines int
 	heap       uint64 // bytes live after a GC
+	leases     int    // its sessions' leases, granted and not revoked (census)
+	watches    int    // watches open on its streams (census)
 	at         time.Time
 }
 
@@ -230,12 +270,13 @@ func sampleSelf() procSample {
 
 // printSamples prints the process's sample every period until ctx ends, for
 // the harness to read from the subprocess's output.
-func printSamples(ctx context.Context, every time.Duration) {
+func printSamples(ctx context.Context, every time.Duration, cs *census) {
 	// A worker the faults kill lives ~20 s: sample it four times a period,
 	// or most rows would have no fresh sample of it.
 	ticks(ctx, every/4, func() {
 		s := sampleSelf()
-		fmt.Printf("sample %d %d\n", s.goroutines, s.heap)
+		leases, watches := cs.counts()
+		fmt.Printf("sample %d %d %d %d\n", s.goroutines, s.heap, leases, watches)
 	})
 }
 
@@ -255,12 +296,14 @@ func ticks(ctx context.Context, every time.Duration, f func()) {
 
 func parseSample(line string) (procSample, bool) {
 	f := strings.Fields(line)
-	if len(f) != 3 || f[0] != "sample" {
+	if len(f) != 5 || f[0] != "sample" {
 		return procSample{}, false
 	}
 	g, err1 := strconv.Atoi(f[1])
 	h, err2 := strconv.ParseUint(f[2], 10, 64)
-	return procSample{goroutines: g, heap: h, at: time.Now()}, err1 == nil && err2 == nil
+	l, err3 := strconv.Atoi(f[3])
+	w, err4 := strconv.Atoi(f[4])
+	return procSample{goroutines: g, heap: h, leases: l, watches: w, at: time.Now()}, errors.Join(err1, err2, err3, err4) == nil
 }
 
 // soakSeries names the series, in the order of the table and the plot;
@@ -276,8 +319,12 @@ var soakSeries = []struct {
 }{
 	{"lock worker goroutines", true, 10},
 	{"lock worker heap MiB", true, 2},
+	{"lock worker sessions", true, 1},
+	{"lock worker watches", true, 4},
 	{"group replica goroutines", true, 10},
 	{"group replica heap MiB", true, 2},
+	{"group replica sessions", true, 1},
+	{"group replica watches", true, 10},
 	{"test process goroutines", true, 200},
 	{"test process heap MiB", false, 0},
 	{"keys", true, 10},
@@ -318,29 +365,29 @@ func (sm *soakSamples) row(ctx context.Context, c *fencingtest.Cluster, start ti
 	watchers, streams := watchGauges(c)
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	lg, lh := sm.mean("lock/", self.at, 2*every)
-	gg, gh := sm.mean("group/", self.at, 2*every)
+	row := append(sm.mean("lock/", self.at, 2*every), sm.mean("group/", self.at, 2*every)...)
 	sm.at = append(sm.at, time.Since(start).Seconds())
-	sm.rows = append(sm.rows, []float64{lg, lh, gg, gh, float64(self.goroutines), mib(self.heap),
-		float64(keys), float64(leases), watchers, streams})
+	sm.rows = append(sm.rows, append(row, float64(self.goroutines), mib(self.heap),
+		float64(keys), float64(leases), watchers, streams))
 }
 
-// mean returns the mean goroutines and heap (MiB) of the subprocesses of
-// role that reported within fresh of now: killed or paused ones drop out.
-// Called with mu held.
-func (sm *soakSamples) mean(role string, now time.Time, fresh time.Duration) (goroutines, heap float64) {
-	n := 0
+// mean returns the mean goroutines, heap (MiB), sessions and watches of the
+// subprocesses of role that reported within fresh of now: killed or paused
+// ones drop out. Called with mu held.
+func (sm *soakSamples) mean(role string, now time.Time, fresh time.Duration) []float64 {
+	sum, n := make([]float64, 4), 0
 	for name, s := range sm.procs {
 		if strings.HasPrefix(name, role) && now.Sub(s.at) < fresh {
-			goroutines += float64(s.goroutines)
-			heap += mib(s.heap)
+			for i, v := range []float64{float64(s.goroutines), mib(s.heap), float64(s.leases), float64(s.watches)} {
+				sum[i] += v
+			}
 			n++
 		}
 	}
-	if n == 0 {
-		return math.NaN(), math.NaN()
+	for i := range sum {
+		sum[i] /= float64(n) // NaN when none reported
 	}
-	return goroutines / float64(n), heap / float64(n)
+	return sum
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }

@@ -78,8 +78,11 @@ func workerHelper(args []string) int {
 // asHelper runs f in a subprocess helper with a client of endpoints, until
 // stdin closes (f's ctx then ends).
 func asHelper(endpoints []string, f func(ctx context.Context, cli *clientv3.Client)) int {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
-		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
+	cs := newCensus()
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second}
+	cs.option(&cfg)
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -91,7 +94,7 @@ func asHelper(endpoints []string, f func(ctx context.Context, cli *clientv3.Clie
 		cancel()
 	}()
 	if every, err := time.ParseDuration(os.Getenv(soakEveryEnv)); err == nil {
-		go printSamples(ctx, every)
+		go printSamples(ctx, every, cs)
 	}
 	f(ctx, cli)
 	return 0
