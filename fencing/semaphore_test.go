@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -290,4 +291,47 @@ func TestSemaphoreNeverOverLimitUnderFaults(t *testing.T) {
 		return nil
 	})
 	fencingtest.WaitFor(t, wait, "no key left", func() bool { return len(semKeys(t, c, name)) == 0 })
+}
+
+// Waiters on a semaphore share the session's watch stream, as a mutex's
+// do: a waiter behind another waits for its key's end or its touch (a put)
+// with no goroutine of its own. Only the first waiter, which watches all the
+// owners, has a clientv3 watch. Before, each later waiter had clientv3's
+// watch, and with it a goroutine of clientv3's besides its caller's (116
+// more goroutines for 100 waiters).
+func TestSemaphoreWaitersShareTheSessionStream(t *testing.T) {
+	c := fencingtest.Single(t)
+	var ctr etcdtest.Counter
+	s := newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)))
+	m := newSemaphore(t, s, "shared-stream", 2)
+	holds := []*fencing.Hold{acquire(t, m), acquire(t, m)}
+	ctx := fencingtest.Context(t, 10*wait) // the waiters' calls: they queue one by one
+	const n = 200
+	before := runtime.NumGoroutine()
+	waiters := make([]<-chan result, n)
+	for i := range n {
+		waiters[i] = goAcquire(ctx, m)
+		fencingtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(semKeys(t, c, "shared-stream")) == 3+i })
+	}
+	extra := 0
+	fencingtest.WaitFor(t, wait, "no goroutine per waiter besides its caller's", func() bool {
+		// The rest is the embedded etcd's serving of the two streams.
+		extra = runtime.NumGoroutine() - before - n
+		return extra <= n/5
+	})
+	t.Logf("%d goroutines besides the %d waiters' own", extra, n)
+	if got := ctr.Streams("Watch"); got > 2 {
+		t.Errorf("%d waiters opened %d watch streams, want the session's and clientv3's", n, got)
+	}
+	for i := range n {
+		if err := holds[0].Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds[1:], received(t, waiters[i], fmt.Sprint("waiter ", i)))
+	}
+	for _, h := range holds {
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

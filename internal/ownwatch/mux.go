@@ -211,6 +211,10 @@ func (m *Mux) route(resp *pb.WatchResponse) {
 				m.run(func() { w.o.Owners.Lost(w.o.Key, w.o.Rev, w.goneCause((*clientv3.Event)(ev))) })
 				return
 			}
+			if err := w.o.written(ev.Kv.ModRevision); err != nil {
+				m.run(func() { w.o.Owners.Lost(w.o.Key, w.o.Rev, err) })
+				return
+			}
 		}
 	}
 }

@@ -21,6 +21,10 @@ import (
 // of a queued waiter whose key was deleted.
 var ErrKeyDeleted = errors.New("key deleted")
 
+// ErrKeyWritten is the cause of a watch with Puts set whose key was written
+// again after Seen: a semaphore's waiter learns that the key ahead moved up.
+var ErrKeyWritten = errors.New("key written again")
+
 // Owner names the key to watch and the create revision that proves
 // ownership.
 type Owner struct {
@@ -51,6 +55,19 @@ type Owner struct {
 	// Seen, if past Rev, is a revision at which the key was read alive at
 	// Rev: a watch that starts there, or earlier, needs no read to arm.
 	Seen int64
+	// Puts, if set, ends the watch also when the key is written again after
+	// Seen, with ErrKeyWritten: a waiter's, not an owner's (Owners is then
+	// the waiter's own registry).
+	Puts bool
+}
+
+// written returns the cause for a put of the key at revision mod, or nil
+// if it does not end the watch.
+func (o Owner) written(mod int64) error {
+	if !o.Puts || mod <= max(o.Seen, o.Rev) {
+		return nil
+	}
+	return fmt.Errorf("%w: %q at revision %d", ErrKeyWritten, o.Key, mod)
 }
 
 // known reports whether the key is known alive at Rev at revision rev, where
@@ -190,6 +207,8 @@ func (w *Watcher) read() bool {
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.o.Rev {
 		gone := fmt.Errorf("%w: %q not found at revision %d", ErrKeyDeleted, w.o.Key, g.Header.Revision)
 		w.o.Owners.Lost(w.o.Key, w.o.Rev, w.leaseCause(gone, len(g.Kvs) == 0))
+	} else if err := w.o.written(g.Kvs[0].ModRevision); err != nil {
+		w.o.Owners.Lost(w.o.Key, w.o.Rev, err)
 	}
 	return true
 }
@@ -240,6 +259,10 @@ func (w *Watcher) run(wch clientv3.WatchChan) {
 					// A proof for everything registered for the key (this
 					// watch among them), as a failed guarded txn's is.
 					w.o.Owners.Lost(w.o.Key, w.o.Rev, w.goneCause(ev))
+					return
+				}
+				if err := w.o.written(ev.Kv.ModRevision); err != nil {
+					w.o.Owners.Lost(w.o.Key, w.o.Rev, err)
 					return
 				}
 			}

@@ -109,6 +109,46 @@ func testSeenSparesTheArmingRead(t *testing.T, mux bool) {
 	}
 }
 
+// A watch with Puts ends with ErrKeyWritten on a put of the key after Seen:
+// one made before it armed (found by the arming read) or after; a put at or
+// before Seen, and puts of other keys, do not end it.
+func TestPutsEndTheWatch(t *testing.T) { modes(t, testPutsEndTheWatch) }
+
+func testPutsEndTheWatch(t *testing.T, mux bool) {
+	c := fencingtest.Single(t)
+	o := own(t, c.Client(t), new(ownwatch.Registry), "puts", mux)
+	put := func(key string) int64 {
+		var opts []clientv3.OpOption
+		if key == o.Key {
+			opts = append(opts, clientv3.WithIgnoreLease()) // the owner's touch
+		}
+		resp, err := c.Admin.Put(fencingtest.Context(t, wait), key, "touched", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	o.Puts = true
+	o.Seen = put(o.Key) // seen after this put
+	put("elsewhere")
+	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
+	defer cancel()
+	if ctx.Err() != nil {
+		t.Fatalf("ended by a put it had seen: %v", context.Cause(ctx))
+	}
+	put(o.Key)
+	if cause := fencingtest.Ended(t, ctx, wait, "put after arming"); !errors.Is(cause, ownwatch.ErrKeyWritten) {
+		t.Errorf("cause %v, want ErrKeyWritten", cause)
+	}
+	o2 := o.Owner // Seen is now before the last put: the arming read finds it
+	o2.Owners = new(ownwatch.Registry)
+	w := ownwatch.Start(context.Background(), o2)
+	defer w.Stop(context.Canceled)
+	if cause := fencingtest.Ended(t, w.Context(), wait, "put before arming"); !errors.Is(cause, ownwatch.ErrKeyWritten) {
+		t.Errorf("cause %v, want ErrKeyWritten", cause)
+	}
+}
+
 // Start returns before arming; a deletion made before the watch was armed is
 // found by the read arming ends with, and Armed closes either way.
 func TestStartFindsDeletionBeforeArming(t *testing.T) { modes(t, testStartFindsDeletionBeforeArming) }

@@ -247,8 +247,8 @@ func (q Queue) wait(ctx context.Context, e *Entry, lost context.Context,
 // question open (not sure). readRev is the revision at which that life was
 // last seen.
 func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, puts bool) (sure bool, err error) {
-	if !puts && q.Watches != nil {
-		return q.waitGone(ctx, key, rev, readRev)
+	if q.Watches != nil {
+		return q.waitGone(ctx, key, rev, readRev, puts)
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -296,18 +296,19 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, 
 	return false, ctx.Err()
 }
 
-// waitGone is waitDeleted of deletes alone, on the session's watch stream.
-// The watch is armed, from now on, by a read of the key (unless it starts
-// at readRev or before), and re-armed the same way whenever the stream
-// breaks: it ends only once the key's life created at rev is over (sure) or
-// ctx ends. Its registry is its own: the key ahead may be this session's,
-// whose ownership must not hear of it.
-func (q Queue) waitGone(ctx context.Context, key string, rev, readRev int64) (sure bool, err error) {
-	w := ownwatch.Start(ctx, ownwatch.Owner{Client: q.Client, Key: key, Rev: rev, Seen: readRev, Life: ctx,
+// waitGone is waitDeleted on the session's watch stream. The watch is
+// armed, from now on, by a read of the key (unless it starts at readRev or
+// before), and re-armed the same way whenever the stream breaks: it ends
+// only once the key's life created at rev is over, or it was written again
+// when puts is set (sure), or ctx ends. Its registry is its own: the key
+// ahead may be this session's, whose ownership must not hear of it.
+func (q Queue) waitGone(ctx context.Context, key string, rev, readRev int64, puts bool) (sure bool, err error) {
+	w := ownwatch.Start(ctx, ownwatch.Owner{Client: q.Client, Key: key, Rev: rev, Seen: readRev, Puts: puts, Life: ctx,
 		Owners: new(ownwatch.Registry), Mux: q.Watches, Latency: q.Latency})
 	<-w.Context().Done()
 	w.Stop(context.Canceled)
-	return errors.Is(context.Cause(w.Context()), ErrKeyDeleted), ctx.Err()
+	cause := context.Cause(w.Context())
+	return errors.Is(cause, ErrKeyDeleted) || errors.Is(cause, ownwatch.ErrKeyWritten), ctx.Err()
 }
 
 // confirm checks, in one txn, that e's key still exists, and finds its new
