@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ctxutil"
@@ -53,7 +54,7 @@ func (sl *slot) put(s *Session) { s.Keys.Put(sl.dir, sl.n) }
 // whenever a late request writes it again.
 func (sl *slot) retire(s *Session) {
 	s.Keys.Retire(sl.dir, sl.n)
-	s.Sweeps.Cover(sl.dir+s.KeyStem, func(prefix string) context.CancelFunc { return sweep(s, prefix) })
+	s.Sweeps.Cover(sl.dir+s.KeyStem, func(prefix string, armed func()) context.CancelFunc { return sweep(s, prefix, armed) })
 }
 
 // release is an Entry's Free: it runs once the owner's delete of the key has
@@ -236,7 +237,8 @@ func removeRetired(s *Session, key string) {
 
 // sweep runs a sweeper of the keys under prefix until the session ends or
 // the returned stop is called (sessionlink.Sweeps: at most MaxSweeps of
-// them, however many queues lost replies). An enqueue whose reply was lost
+// them, however many queues lost replies), and calls armed once its watch
+// is armed and its first read done. An enqueue whose reply was lost
 // may be applied after any delete of ours (etcd gives no bound), and the
 // session's lease would then keep a ghost key in the queue, ahead of every
 // later waiter, until the session ends. The sweeper watches the keys under
@@ -245,12 +247,13 @@ func removeRetired(s *Session, key string) {
 // held when it saw it (that life only: removeGhost): a retired slot is never
 // handed out again, so only a late request writes it. Once the session ends
 // its lease is gone, and a late enqueue on it fails.
-func sweep(s *Session, prefix string) context.CancelFunc {
+func sweep(s *Session, prefix string, armed func()) context.CancelFunc {
 	ctx, stop := context.WithCancel(s.Life)
 	s.Go(func() {
 		defer stop()
+		armed := sync.OnceFunc(armed)
 		for wait := retry.MinBackoff; ctx.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
-			if sweepOnce(ctx, s, prefix) {
+			if sweepOnce(ctx, s, prefix, armed) {
 				wait = retry.MinBackoff // the watch broke after working: no reason to wait long
 			}
 			retry.Pause(ctx, wait)
@@ -263,7 +266,7 @@ func sweep(s *Session, prefix string) context.CancelFunc {
 // session (see sweep): those there when the watch is armed, then each one
 // written, until the watch breaks or ctx ends. It reports whether the watch
 // was armed and every delete succeeded.
-func sweepOnce(ctx context.Context, s *Session, prefix string) (armed bool) {
+func sweepOnce(ctx context.Context, s *Session, prefix string, onArmed func()) (armed bool) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for resp := range s.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
@@ -284,6 +287,7 @@ func sweepOnce(ctx context.Context, s *Session, prefix string) (armed bool) {
 					lives = append(lives, target{string(kv.Key), kv.CreateRevision})
 				}
 			}
+			onArmed()
 		}
 		for _, ev := range resp.Events {
 			if ghost(s, ev.Kv) {
@@ -302,10 +306,11 @@ func sweepOnce(ctx context.Context, s *Session, prefix string) (armed bool) {
 	return armed
 }
 
-// ghost reports whether kv is a queue key of the session ("<dir><stem><slot>":
-// the stem names the session's lease) whose slot no live call holds. A
-// prefix shared by several queues also holds other sessions' keys, and
-// the application's own. (A keys-only read carries no lease to check.)
+// ghost reports whether kv is named as a queue key of the session
+// ("<dir><stem><slot>", the slot as the session writes it) whose slot no
+// live call holds. A prefix shared by several queues also holds other
+// sessions' keys, and the application's own: removeGhost checks the lease,
+// which a keys-only read does not carry.
 func ghost(s *Session, kv *mvccpb.KeyValue) bool {
 	key := string(kv.Key)
 	i := strings.LastIndexByte(key, '/') + 1
@@ -314,14 +319,17 @@ func ghost(s *Session, kv *mvccpb.KeyValue) bool {
 		return false
 	}
 	n, err := strconv.ParseUint(rest, 10, 64)
-	return err == nil && n > 0 && !s.Keys.InUse(key[:i], n)
+	return err == nil && n > 0 && strconv.FormatUint(n, 10) == rest && !s.Keys.InUse(key[:i], n)
 }
 
 // removeGhost deletes the life of a key seen with a slot no live call
-// held, only if it is still that life: the slot may since have gone back
-// to the pool and to a new call, whose key is the same (TestSweeperSparesReusedSlot).
+// held, only if it is still that life, on the session's lease: the slot may
+// since have gone back to the pool and to a new call, whose key is the same
+// (TestSweeperSparesReusedSlot), and a key under a shared range that only
+// looks like the session's is not its to delete.
 func removeGhost(ctx context.Context, s *Session, l target) bool {
-	_, err := s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
+	_, err := s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
+		clientv3.Compare(clientv3.LeaseValue(l.key), "=", s.Lease)).
 		Then(clientv3.OpDelete(l.key)).Commit()
 	return err == nil
 }

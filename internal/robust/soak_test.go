@@ -91,7 +91,7 @@ func TestSoak(t *testing.T) {
 	// every quarter of the run they pause until the ones under way end, and
 	// keys and leases must come back to the workload's level.
 	window, steady := max(every, length/4), int64(-1)
-	for end := start.Add(window); time.Since(start) < length; end = end.Add(window) {
+	for end := start.Add(window); time.Since(start) < length; end = time.Now().Add(window) {
 		lock.faultLoop(ctx, hist, func() bool { return time.Now().After(end) || time.Since(start) > length })
 		group.settle()
 		if time.Since(start) < length {

@@ -11,11 +11,11 @@ import (
 // MaxSweeps bounds the key ranges a session sweeps for keys written by
 // requests whose replies were lost (revqueue's sweep), each with one watch
 // and one goroutine. The first MaxSweeps queues with a retired slot get a
-// range each: the session's own keys in that queue. A later one shares a
-// range with the queue whose range has the longest prefix in common with
-// its own, and the two are swept as that common prefix: every key under it
-// is watched, and the session's own are picked out. A session that lost
-// replies in any number of queues costs at most MaxSweeps watches.
+// range each: the session's own keys in that queue. After that, the two
+// ranges (a new queue's among them) that share the longest prefix become
+// one, swept as that prefix: every key under it is watched, and the
+// session's own are picked out. A session that lost replies in any number
+// of queues costs at most MaxSweeps watches once each range has armed.
 const MaxSweeps = 16
 
 // Sweeps is the set of key ranges a session sweeps: at most MaxSweeps
@@ -27,31 +27,35 @@ type Sweeps struct {
 }
 
 // Cover makes sure mine (a queue's directory and the session's key stem:
-// the prefix of every key of the session in that queue) is swept. When no
-// range covers it yet, it calls start, with mu held, for the prefix to
-// sweep from now on, and stops the sweepers of the ranges that prefix
-// replaces. start returns the new sweeper's stop.
-func (s *Sweeps) Cover(mine string, start func(prefix string) context.CancelFunc) {
+// the prefix of every key of the session in that queue) is swept. For each
+// prefix the set gains it calls start, with mu held; start calls armed once
+// the new sweeper's watch is armed and its first read done, and returns
+// the sweeper's stop. The sweepers of the ranges a new prefix replaces stop
+// only then: until it arms (a refused watch never does), they go on.
+func (s *Sweeps) Cover(mine string, start func(prefix string, armed func()) context.CancelFunc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ps := make([]string, 0, len(s.stop))
-	for p := range s.stop {
-		ps = append(ps, p)
-	}
-	add, drop, covered := Plan(ps, mine, MaxSweeps)
-	if covered {
-		return
-	}
+	ps := slices.Collect(maps.Keys(s.stop))
+	add, drop := Plan(ps, mine, MaxSweeps)
 	if s.stop == nil {
 		s.stop = map[string]context.CancelFunc{}
 	}
-	// The new sweeper reads every key already under its prefix once its
-	// watch is armed: stopping those it replaces first loses nothing.
+	for _, a := range add {
+		var replaced []context.CancelFunc
+		for _, p := range drop {
+			if strings.HasPrefix(p, a) {
+				replaced = append(replaced, s.stop[p])
+			}
+		}
+		s.stop[a] = start(a, func() {
+			for _, stop := range replaced {
+				stop()
+			}
+		})
+	}
 	for _, p := range drop {
-		s.stop[p]()
 		delete(s.stop, p)
 	}
-	s.stop[add] = start(add)
 }
 
 // Ranges returns the prefixes swept.
@@ -62,32 +66,43 @@ func (s *Sweeps) Ranges() []string {
 }
 
 // Plan returns how a set of at most limit prefixes, none starting another,
-// comes to cover mine: covered when one of ps already starts it, else add
-// is the prefix to add and drop the prefixes add starts, which it replaces. Below
-// the limit add is mine itself; at the limit it is the longest prefix mine
-// shares with one of ps, which replaces that one (and any other it
-// starts). The set stays within the limit and keeps covering everything it
-// covered.
-func Plan(ps []string, mine string, limit int) (add string, drop []string, covered bool) {
-	best := -1
-	for i, p := range ps {
+// comes to cover mine: the prefixes to add (none when one of ps already
+// starts mine) and those of ps they start, which they replace. Below the
+// limit it adds mine. At the limit it merges the two of ps and mine that
+// share the longest prefix (the range widens least) into that prefix, and
+// adds mine too if the merge left it uncovered. The set stays within the
+// limit, none of its prefixes starts another, and it keeps covering
+// everything it covered.
+func Plan(ps []string, mine string, limit int) (add, drop []string) {
+	for _, p := range ps {
 		if strings.HasPrefix(mine, p) {
-			return "", nil, true
-		}
-		if best < 0 || common(p, mine) > common(ps[best], mine) {
-			best = i
+			return nil, nil
 		}
 	}
-	add = mine
+	add = []string{mine}
 	if len(ps) >= max(limit, 1) {
-		add = mine[:common(ps[best], mine)]
+		all := append(slices.Clone(ps), mine)
+		merged, best := "", -1
+		for i := range all {
+			for _, b := range all[i+1:] {
+				if n := common(all[i], b); n > best {
+					merged, best = all[i][:n], n
+				}
+			}
+		}
+		switch {
+		case strings.HasPrefix(mine, merged):
+			add = []string{merged}
+		case !strings.HasPrefix(merged, mine): // else mine covers the merge
+			add = []string{merged, mine}
+		}
 	}
 	for _, p := range ps {
-		if strings.HasPrefix(p, add) {
+		if slices.ContainsFunc(add, func(a string) bool { return strings.HasPrefix(p, a) }) {
 			drop = append(drop, p)
 		}
 	}
-	return add, drop, false
+	return add, drop
 }
 
 // common returns the length of the longest common prefix of a and b.
