@@ -47,11 +47,14 @@ func (s *Sweeps) Cover(mine string, start func(prefix string, armed func()) cont
 				replaced = append(replaced, s.stop[p])
 			}
 		}
-		s.stop[a] = start(a, func() {
+		stopReplaced := func() {
 			for _, stop := range replaced {
 				stop()
 			}
-		})
+		}
+		stop := start(a, stopReplaced)
+		// Replaced itself before it armed, it hands on those it replaced.
+		s.stop[a] = func() { stop(); stopReplaced() }
 	}
 	for _, p := range drop {
 		delete(s.stop, p)

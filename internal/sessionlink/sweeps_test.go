@@ -95,3 +95,35 @@ func checkSweeps(t *testing.T, running map[string]bool, covered []string, limit 
 		}
 	}
 }
+
+// The sweepers a new range replaces run until it arms; a range replaced
+// before it armed hands those it replaced on to the one replacing it, so
+// that arming stops them all.
+func TestReplacedSweepersStopOnceArmed(t *testing.T) {
+	var s sessionlink.Sweeps
+	running := map[string]bool{}
+	arm := map[string]func(){}
+	cover := func(mine string) {
+		s.Cover(mine, func(prefix string, armed func()) context.CancelFunc {
+			running[prefix], arm[prefix] = true, armed
+			return func() { delete(running, prefix) }
+		})
+	}
+	cover("m/aa0/")
+	for i := range sessionlink.MaxSweeps - 1 {
+		cover(fmt.Sprintf("m/%c0/", 'b'+i))
+	}
+	cover("m/aa1/") // merges with m/aa0/ as m/aa
+	if !running["m/aa"] || !running["m/aa0/"] {
+		t.Fatalf("running %v: want m/aa started and m/aa0/ still on until it arms", running)
+	}
+	cover("m/ab0/") // merges with m/aa, not yet armed, as m/a
+	if !running["m/a"] || !running["m/aa"] || !running["m/aa0/"] {
+		t.Fatalf("running %v: want m/a started, m/aa and m/aa0/ on until it arms", running)
+	}
+	arm["m/a"]()
+	if running["m/aa"] || running["m/aa0/"] {
+		t.Fatalf("running %v: m/a armed, m/aa or m/aa0/ still on", running)
+	}
+	checkSweeps(t, running, []string{"m/aa0/", "m/aa1/", "m/ab0/"}, sessionlink.MaxSweeps)
+}
