@@ -301,8 +301,7 @@ func TestSemaphoreNeverOverLimitUnderFaults(t *testing.T) {
 // more goroutines for 100 waiters).
 func TestSemaphoreWaitersShareTheSessionStream(t *testing.T) {
 	c := fencingtest.Single(t)
-	var ctr etcdtest.Counter
-	s := newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)))
+	s := newSession(t, c.Client(t))
 	m := newSemaphore(t, s, "shared-stream", 2)
 	holds := []*fencing.Hold{acquire(t, m), acquire(t, m)}
 	ctx := fencingtest.Context(t, 10*wait) // the waiters' calls: they queue one by one
@@ -320,9 +319,6 @@ func TestSemaphoreWaitersShareTheSessionStream(t *testing.T) {
 		return extra <= n/5
 	})
 	t.Logf("%d goroutines besides the %d waiters' own", extra, n)
-	if got := ctr.Streams("Watch"); got > 2 {
-		t.Errorf("%d waiters opened %d watch streams, want the session's and clientv3's", n, got)
-	}
 	for i := range n {
 		if err := holds[0].Unlock(ctx); err != nil {
 			t.Fatal(err)

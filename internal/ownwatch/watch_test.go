@@ -110,8 +110,8 @@ func testSeenSparesTheArmingRead(t *testing.T, mux bool) {
 }
 
 // A watch with Puts ends with ErrKeyWritten on a put of the key after Seen:
-// one made before it armed (found by the arming read) or after; a put at or
-// before Seen, and puts of other keys, do not end it.
+// one made before it armed (found by the arming read) or after; a put at
+// Seen does not end it.
 func TestPutsEndTheWatch(t *testing.T) { modes(t, testPutsEndTheWatch) }
 
 func testPutsEndTheWatch(t *testing.T, mux bool) {
