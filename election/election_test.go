@@ -320,3 +320,16 @@ func TestResignAfterSessionLost(t *testing.T) {
 		t.Fatal("key outlived Resign")
 	}
 }
+
+// A Resign called with the term's own context releases the term (see
+// fencing's TestUnlockWithTheHoldsOwnContext).
+func TestResignWithTheTermsOwnContext(t *testing.T) {
+	c := fencingtest.Single(t)
+	term := campaign(t, newElection(t, newSession(t, c.Client(t)), "own-context"), "a")
+	if err := term.Resign(term.Context()); err != nil {
+		t.Fatalf("Resign(term.Context()): %v", err)
+	}
+	if c.Exists(t, term.Key()) {
+		t.Fatal("the term's key is left")
+	}
+}

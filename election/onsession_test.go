@@ -2,7 +2,9 @@ package election_test
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/leasehold/leasehold/election"
@@ -79,4 +81,39 @@ func TestOnSessionNil(t *testing.T) {
 		}, election.OnSession(nil))
 	})
 	fencingtest.Receive(t, terms, "a term")
+}
+
+// A term lost while its work runs is resigned, in case the loss was seen
+// wrongly and the key still leads; when that resign fails, Run hands over
+// as for any failed resign, by ending the session, instead of campaigning
+// again on it behind a key that may still lead. Found in review: the
+// failure was ignored.
+func TestRunDropThatFailsEndsTheSession(t *testing.T) {
+	c := fencingtest.Single(t)
+	var hang atomic.Bool
+	r := &fencingtest.Replies{Decide: func(method string, _ any) fencingtest.Fault {
+		if hang.Load() && strings.HasSuffix(method, "/DeleteRange") {
+			return fencingtest.Hang
+		}
+		return fencingtest.Pass
+	}}
+	var seen sessions
+	terms := make(chan *election.Term, 4)
+	cli := c.Client(t, r.Option())
+	fencingtest.Go(t, func(ctx context.Context) error {
+		return election.Run(ctx, cli, "drop-fails", "a", func(ctx context.Context, term *election.Term) error {
+			terms <- term
+			<-ctx.Done()
+			return nil
+		}, election.OnSession(seen.add))
+	})
+	first := fencingtest.Receive(t, terms, "the first term")
+	hang.Store(true)
+	c.Delete(t, first.Key()) // lost: the drop's resign hangs, then fails
+	fencingtest.WaitFor(t, wait, "the first session to end", func() bool { return first.Session().Err() != nil })
+	hang.Store(false)
+	second := fencingtest.Receive(t, terms, "a term on a new session")
+	if s, n := seen.last(); n != 2 || s != second.Session() {
+		t.Fatalf("%d sessions reported, the last %p; want 2, the new term's %p", n, s, second.Session())
+	}
 }

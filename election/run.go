@@ -553,14 +553,19 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 
 // drop resigns a lost term while its session still vouches, for one
 // request: a key still there (a loss seen wrongly) must not keep leading,
-// and a key found gone hands its slot back to the session.
+// and a key found gone hands its slot back to the session. A resign that
+// fails hands over as resign's does (resignFailed): the key may still lead,
+// with no work behind it, and the next campaign would queue behind it.
 func (r *runner) drop(ctx context.Context, t *Term) {
 	if r.s.Err() != nil {
 		return // the session's end revokes its lease
 	}
 	rctx, cancel := ctxutil.Detach(ctx, leaveGrace, leaveGrace)
 	defer cancel()
-	t.Resign(rctx) // ErrNotLeader, unless the loss was seen wrongly
+	if err := t.Resign(rctx); err != nil && !errors.Is(err, ErrNotLeader) {
+		r.log.Warn("resign of a lost term failed; handing over by the session's end", "token", t.Token(), "err", err)
+		r.resignFailed(ctx)
+	}
 }
 
 // backoff sleeps a jittered exponential delay, or until ctx ends.

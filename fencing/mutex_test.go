@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
@@ -397,4 +398,26 @@ func TestLockWaitingWhenClientCloses(t *testing.T) {
 		t.Errorf("the holder lost its lock: %v", context.Cause(h.Context()))
 	}
 	fencingtest.WaitFor(t, wait, "the waiter's key to go with its lease", func() bool { return len(etcdtest.LockKeys(t, c, "closing")) == 1 })
+}
+
+// An Unlock called with the hold's own context, or a context made from it
+// (guard.Do's), releases the lock: releasing ends those contexts first, so
+// that the work stops before the key goes, and the delete must not die
+// with them. Found in review: the delete was refused before it was sent,
+// every time, and the lock stayed held until the session ended.
+func TestUnlockWithTheHoldsOwnContext(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newMutex(t, newSession(t, c.Client(t)), "own-context")
+	h := lock(t, m)
+	if err := h.Unlock(h.Context()); err != nil {
+		t.Fatalf("Unlock(h.Context()): %v", err)
+	}
+	h = lock(t, m)
+	err := guard.Do(fencingtest.Context(t, wait), h, func(ctx context.Context) error { return h.Unlock(ctx) })
+	if err != nil {
+		t.Fatalf("Unlock inside guard.Do: %v", err)
+	}
+	if keys := etcdtest.LockKeys(t, c, "own-context"); len(keys) != 0 {
+		t.Fatalf("keys left: %q", keys)
+	}
 }

@@ -8,6 +8,7 @@ package ownership
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -109,9 +110,24 @@ func (o *Ownership) Release(ctx context.Context) (Outcome, int64, error) {
 	o.ctxMu.Lock()
 	o.stopped = true // a later Context is born ended
 	o.ctxMu.Unlock()
+	alive := ctx.Err() == nil
 	// Reaches only this ownership's own watches and tenure; the tenure
 	// reports only ErrKeyDeleted (see Lost), so no user code runs under mu.
 	o.Link.Owners.Lost(o.Key, o.Rev, o.stopCause)
+	if alive && errors.Is(context.Cause(ctx), o.stopCause) {
+		// ctx is this ownership's own context, or made from it (guard.Do's):
+		// the line above ended it, so that the work stops before the key
+		// goes. The delete goes on without it, within its deadline, until
+		// the session ends (TestUnlockWithTheHoldsOwnContext).
+		var cancel context.CancelFunc
+		if d, ok := ctx.Deadline(); ok {
+			ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+		} else {
+			ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+		}
+		defer cancel()
+		defer context.AfterFunc(o.Link.Life, cancel)()
+	}
 	var resp *clientv3.DeleteResponse
 	lost := false // an attempt went unanswered: it may be the one that deleted
 	err := retry.Do(ctx, o.Link.Client, o.Link.Latency, &lost, func(ctx context.Context) (err error) {
