@@ -159,7 +159,9 @@ func (t *Term) usable(ctx context.Context) error {
 //
 // Resign first ends the term's contexts (Context, and every guard.Watch of
 // the term), with ErrNotLeader as their cause, so work under the term stops
-// before the key goes, whatever happens next. It returns an error wrapping
+// before the key goes, whatever happens next. ctx may be one of them (work
+// that resigns with its own context): that end does not stop the delete,
+// which keeps ctx's deadline. It returns an error wrapping
 // ErrNotLeader when the term was already lost (key gone, or session ended: a
 // key still there is deleted all the same) or resigned. Failures that pass
 // (a lost reply, a leader change, a member restarting) are retried until ctx

@@ -64,7 +64,9 @@ func (h *Hold) IsOwner() clientv3.Cmp { return h.own.IsOwner() }
 //
 // Unlock first ends the hold's contexts (Context, and every guard.Watch of
 // the hold), with ErrNotHeld as their cause, so work under the hold stops
-// before the key goes, whatever happens next. It returns an error wrapping
+// before the key goes, whatever happens next. ctx may be one of them (work
+// that unlocks with its own context): that end does not stop the delete,
+// which keeps ctx's deadline. It returns an error wrapping
 // ErrNotHeld if the hold was already released or lost (key deleted, lease
 // gone, session ended); a key of an ended session that still exists is
 // deleted all the same. After any other error (ctx ended first, etcd
