@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"testing"
 	"time"
@@ -179,6 +180,31 @@ func TestObserveReportsEveryChange(t *testing.T) {
 	b := campaign(t, newElection(t, newSession(t, c.Client(t)), "observed"), "b")
 	if o := next(t, obs); o.Leader == nil || o.Leader.Token != b.Token() || b.Token().Compare(a.Token()) <= 0 {
 		t.Fatalf("observation = %+v; want b with a greater token than %v", o, a.Token())
+	}
+}
+
+// A reader slower than the changes gets the latest state, not each one in
+// between: nothing piles up while it does not read. Before, every change
+// was queued (clientv3 buffers a watch nobody reads, without bound), and a
+// reader that came back got 200 stale values before the current one.
+func TestObserveSlowReaderGetsTheLatest(t *testing.T) {
+	c := fencingtest.Single(t)
+	obs := newElection(t, newSession(t, c.Client(t)), "slow-reader").Observe(t.Context())
+	next(t, obs) // nobody leads
+	a := campaign(t, newElection(t, newSession(t, c.Client(t)), "slow-reader"), "a")
+	next(t, obs)
+	const n = 200
+	for i := range n {
+		if err := a.Proclaim(fencingtest.Context(t, wait), fmt.Sprint("a", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := 0
+	for o := next(t, obs); o.Leader == nil || o.Leader.Value != fmt.Sprint("a", n-1); o = next(t, obs) {
+		got++
+	}
+	if got > n/20 {
+		t.Fatalf("%d stale observations before the latest; want the latest at once, or nearly", got)
 	}
 }
 

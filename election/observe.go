@@ -42,7 +42,9 @@ type Candidate struct {
 
 // Observe sends the current state first (Leader nil when nobody leads), then
 // each change: a new leader, nobody leading, the leader's value changed by
-// Proclaim, or a ranked candidate come, gone or re-ranked. A state is sent only once it was read from etcd, so a leader
+// Proclaim, or a ranked candidate come, gone or re-ranked. A reader slower
+// than the changes gets the latest state, not each one in between: nothing
+// piles up while it does not read. A state is sent only once it was read from etcd, so a leader
 // whose key is gone is never reported as leading. When a read or the watch
 // fails, or its watch cannot be established or is ended by etcd (a lost etcd
 // leader), or a check read after 5 s of silence fails (a partition), Observe
@@ -76,12 +78,13 @@ const (
 )
 
 type observer struct {
-	e     *Election
-	ctx   context.Context
-	ch    chan<- Observation
-	last  Observation
-	sent  bool
-	retry time.Duration
+	e       *Election
+	ctx     context.Context
+	ch      chan<- Observation
+	last    Observation  // the last state the reader received
+	sent    bool         // last is set
+	pending *Observation // a newer state, not yet received
+	retry   time.Duration
 }
 
 func (e *Election) observe(ctx context.Context, ch chan<- Observation) {
@@ -126,9 +129,7 @@ func (o *observer) follow() error {
 	if err != nil {
 		return err
 	}
-	if !o.report(cur, rs) {
-		return nil
-	}
+	o.report(cur, rs)
 	// A partitioned watch is silent, not broken. After observeQuiet without
 	// a word on it, read the leader again (bounded): a read that fails is
 	// reported, one that works is the current state. A read, not a progress
@@ -139,15 +140,25 @@ func (o *observer) follow() error {
 	for {
 		var resp clientv3.WatchResponse
 		var ok bool
+		// The watch is read while the reader is slow: clientv3 buffers what
+		// nobody reads, without bound. A newer state replaces the pending one.
+		var out chan<- Observation
+		var next Observation
+		if o.pending != nil {
+			out, next = o.ch, *o.pending
+		}
 		select {
+		case out <- next:
+			o.last, o.sent, o.pending, o.retry = next, true, nil, observeRetryMin
+			continue
+		case <-o.ctx.Done():
+			return nil
 		case resp, ok = <-wch:
 		case <-quiet.C:
 			if cur, rs, rev, err = o.read(); err != nil {
 				return err
 			}
-			if !o.report(cur, rs) {
-				return nil
-			}
+			o.report(cur, rs)
 			quiet.Reset(observeQuiet)
 			continue
 		}
@@ -181,9 +192,7 @@ func (o *observer) follow() error {
 				return err
 			}
 		}
-		if !o.report(cur, rs) {
-			return nil
-		}
+		o.report(cur, rs)
 	}
 }
 
@@ -251,18 +260,14 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 	return fmt.Errorf("election: watch: %w", retry.Typed(err))
 }
 
-// report sends the state if it differs from what was sent last. It returns
-// false once ctx is done.
-func (o *observer) report(cur *Leader, rs map[string]prefer.Record) bool {
+// report makes the state pending, unless the reader has it already.
+func (o *observer) report(cur *Leader, rs map[string]prefer.Record) {
 	obs := Observation{Leader: cur, Candidates: candidates(rs)}
 	if o.sent && same(o.last.Leader, cur) && slices.EqualFunc(o.last.Candidates, obs.Candidates, sameCandidate) {
-		return true
+		o.pending = nil // back to what the reader has
+		return
 	}
-	if !o.send(obs) {
-		return false
-	}
-	o.last, o.sent, o.retry = obs, true, observeRetryMin
-	return true
+	o.pending = &obs
 }
 
 func (o *observer) send(obs Observation) bool {

@@ -16,8 +16,10 @@ import (
 // and runs the write under the gate, so no newer token is admitted between
 // the check and the write.
 //
-// The zero Gate is ready to use and keeps its marks in memory; set Store to
-// keep them across restarts. A Gate is safe for concurrent use. Tokens from
+// The zero Gate is ready to use and keeps its marks in memory, one per name
+// it ever admitted, for its whole life; set Store to keep them across
+// restarts, or elsewhere when the names have no bound (Middleware takes
+// them from requests: see AllowNames). A Gate is safe for concurrent use. Tokens from
 // different etcd clusters (or from one cluster restored from a backup) must
 // not pass through one Gate: their revisions do not compare.
 type Gate struct {

@@ -168,6 +168,17 @@ func TestMiddleware(t *testing.T) {
 	if code, _ := post(t, open, bg, ""); code != http.StatusOK {
 		t.Fatalf("POST without token, AllowMissingToken: %d; want 200", code)
 	}
+	// Names from requests: only those the store serves get a mark.
+	only, _ := ledger(t, &g, fencing.AllowNames(func(name string) bool { return name == "ledger" }))
+	if code, _ := post(t, only, bg, "other@3"); code != http.StatusForbidden {
+		t.Fatalf("POST of another name, AllowNames: %d; want 403", code)
+	}
+	if code, _ := post(t, only, bg, "ledger@7"); code != http.StatusOK {
+		t.Fatalf("POST of the name allowed: %d; want 200", code)
+	}
+	if err := g.Admit(bg, fencing.Token{Name: "other", Revision: 1}); err != nil {
+		t.Fatalf("the refused name left a mark: %v", err)
+	}
 }
 
 // Any header value gets 200, 400 or 409, never a panic.

@@ -53,10 +53,20 @@ type MiddlewareOption func(*middleware)
 // Unset: they get 400 Bad Request.
 func AllowMissingToken() MiddlewareOption { return func(m *middleware) { m.allowMissing = true } }
 
+// AllowNames admits only tokens of the names allow accepts; any other
+// gets 403 Forbidden and leaves no mark. The names come from the requests:
+// behind clients that may send any name, it keeps a Gate's marks (one per
+// name ever admitted) to the names the store behind it serves. A nil allow
+// accepts every name, as without the option.
+func AllowNames(allow func(name string) bool) MiddlewareOption {
+	return func(m *middleware) { m.allow = allow }
+}
+
 type middleware struct {
 	g            *Gate
 	next         http.Handler
 	allowMissing bool
+	allow        func(name string) bool
 }
 
 // Middleware admits the token of each request through g before next runs,
@@ -92,6 +102,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t, err := ParseToken(text)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if m.allow != nil && !m.allow(t.Name) {
+		http.Error(w, fmt.Sprintf("fencing token of name %q not served here", t.Name), http.StatusForbidden)
 		return
 	}
 	err = m.g.Do(r.Context(), t, func(context.Context) error {

@@ -47,10 +47,14 @@ func (s *Sweeps) Cover(mine string, start func(prefix string, armed func()) cont
 				replaced = append(replaced, s.stop[p])
 			}
 		}
+		var once sync.Once
 		stopReplaced := func() {
-			for _, stop := range replaced {
-				stop()
-			}
+			once.Do(func() {
+				for _, stop := range replaced {
+					stop()
+				}
+				replaced = nil // nothing of theirs outlives them
+			})
 		}
 		stop := start(a, stopReplaced)
 		// Replaced itself before it armed, it hands on those it replaced.
