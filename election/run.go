@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/revqueue"
 	"github.com/leasehold/leasehold/internal/sessionopt"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -327,14 +328,14 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 // then campaigns while that holds. A term won just as a preferred candidate
 // appeared is resigned before any work starts.
 func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error) {
-	e.q.Also = []clientv3.Op{r.cand.readRecords()}
+	e.q.Extra = &revqueue.Extra{Also: []clientv3.Op{r.cand.readRecords()}}
 	defer r.cand.firstDone() // if no campaign wrote the record, follow does
 	for {
 		if err := r.untilPreferred(ctx); err != nil {
 			return nil, err
 		}
 		pctx, done := r.cand.whilePreferred(ctx)
-		e.q.With, e.q.Wrote = r.cand.firstWrite()
+		e.q.Extra.With, e.q.Extra.Wrote = r.cand.firstWrite()
 		t, err := e.Campaign(pctx, r.value)
 		r.cand.firstDone()
 		preempted := errors.Is(context.Cause(pctx), ErrPreempted)

@@ -24,7 +24,10 @@ import (
 // BenchmarkHoldCost measures what holds and waiters cost the process that
 // has them, in a subprocess so that the embedded etcd is not counted: n
 // holds on one session, each with its watched context (Hold.Context), or n
-// Lock calls waiting on n names another process holds, or one
+// Lock calls waiting on n names another process holds, or n Acquire calls
+// queued 100 to a semaphore on semaphores whose 2 permits another process
+// holds (one queue of 10 000 would measure etcd: each enqueue reads the
+// queue sorted by create revision, O(queue)), or one
 // election.RunGroup replica leading n names alone (each work with its
 // watched context). It reports, per hold, waiter or led name, the heap in use, the goroutine stacks and the
 // goroutines (a waiter's own goroutine, the caller's, included), and the
@@ -46,13 +49,16 @@ func BenchmarkHoldCost(b *testing.B) {
 		}
 	}
 	c := cluster(b)
-	for _, mode := range []string{"hold", "wait", "group"} {
+	for _, mode := range []string{"hold", "wait", "semwait", "group"} {
 		for _, n := range sizes {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				for range b.N {
 					prefix := fmt.Sprintf("cost-%s-%d-%d/", mode, n, time.Now().UnixNano())
-					if mode == "wait" {
+					switch mode {
+					case "wait":
 						holdAll(b, c, prefix, n)
+					case "semwait":
+						holdPermits(b, c, prefix, n)
 					}
 					p := fencingtest.StartHelper(b, "cost", c.Endpoints()[0], mode, fmt.Sprint(n), prefix)
 					base := readCost(b, p)
@@ -83,6 +89,30 @@ func holdAll(b *testing.B, c *fencingtest.Cluster, prefix string, n int) {
 	}
 }
 
+// The semwait mode's semaphores: semaphoreLimit permits each, and
+// semaphoreQueue waiters queued on each.
+const (
+	semaphoreLimit = 2
+	semaphoreQueue = 100
+)
+
+// holdPermits holds every permit of the semaphores prefix0 … for n
+// waiters until the benchmark ends, for the waiters to queue behind.
+func holdPermits(b *testing.B, c *fencingtest.Cluster, prefix string, n int) {
+	s := fencingtest.Session(b, c.Client(b), fencing.WithTTL(30*time.Second))
+	for i := range (n + semaphoreQueue - 1) / semaphoreQueue {
+		m, err := fencing.NewSemaphore(s, fmt.Sprint(prefix, i), semaphoreLimit)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range semaphoreLimit {
+			if _, err := m.Acquire(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
 // cost is what the helper measured.
 type cost struct {
 	Heap, Stack, Goroutines, WatchStreams float64
@@ -98,8 +128,8 @@ func readCost(b *testing.B, p *fencingtest.Proc) cost {
 }
 
 // costHelper measures itself before and after taking n holds (or starting
-// n waiters) on one session. Args: endpoint, "hold" or "wait", n, the names'
-// prefix. It
+// n waiters) on one session. Args: endpoint, "hold", "wait", "semwait" or
+// "group", n, the names' prefix. It
 // prints "cost {json}" at rest, waits for a line on stdin, takes the holds,
 // prints again, and exits when stdin closes.
 func costHelper(args []string) int {
@@ -128,11 +158,16 @@ func costHelper(args []string) int {
 	report()
 	var line string
 	fmt.Scanln(&line)
-	if args[1] == "group" {
+	switch args[1] {
+	case "group":
 		leadAll(ctx, cli, args[3], n)
-	} else if err := holdOrWait(ctx, s, &ctr, args[1] == "wait", args[3], n); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	case "semwait":
+		queueAll(ctx, s, &ctr, args[3], n)
+	default:
+		if err := holdOrWait(ctx, s, &ctr, args[1] == "wait", args[3], n); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	if path := os.Getenv("LEASEHOLD_COST_PROFILE"); path != "" {
 		writeProfiles(path) // before the report: the benchmark ends the process after it
@@ -159,16 +194,33 @@ func holdOrWait(ctx context.Context, s *fencing.Session, ctr *etcdtest.Counter, 
 		}
 		h.Context() // the hold's watch: what ends the context on a loss
 	}
-	for ctr.Requests("Watch") < watches+n {
+	settle(ctr, watches+n)
+	return nil
+}
+
+// queueAll starts n Acquire calls, semaphoreQueue on each of the
+// semaphores prefix0 …, and returns once each has its watch.
+func queueAll(ctx context.Context, s *fencing.Session, ctr *etcdtest.Counter, prefix string, n int) {
+	watches := ctr.Requests("Watch")
+	for i := range n {
+		m, _ := fencing.NewSemaphore(s, fmt.Sprint(prefix, i/semaphoreQueue), semaphoreLimit)
+		go m.Acquire(ctx) // waits for as long as the process lives
+	}
+	settle(ctr, watches+n)
+}
+
+// settle returns once the process has sent watches watch requests and its
+// goroutine count has stopped falling: the reads that arm the watches run
+// in goroutines of their own until they return.
+func settle(ctr *etcdtest.Counter, watches int) {
+	for ctr.Requests("Watch") < watches {
 		time.Sleep(10 * time.Millisecond)
 	}
-	// The reads that arm the watches run in goroutines of their own until
-	// they return: measure once the count has stopped falling.
 	for last := runtime.NumGoroutine(); ; {
 		time.Sleep(500 * time.Millisecond)
 		now := runtime.NumGoroutine()
 		if now >= last {
-			return nil
+			return
 		}
 		last = now
 	}

@@ -107,7 +107,7 @@ func TestAlsoReadWithTheWin(t *testing.T) {
 		}
 		return resp.Header.Revision
 	}
-	q := revqueue.Queue{Client: c.Admin, Prefix: "q/", Also: []clientv3.Op{clientv3.OpGet("x")}}
+	q := revqueue.Queue{Client: c.Admin, Prefix: "q/", Extra: &revqueue.Extra{Also: []clientv3.Op{clientv3.OpGet("x")}}}
 	seen := func(what string, e *revqueue.Entry, want string, rev int64) {
 		t.Helper()
 		if len(e.Also) != 1 || e.Also[0].GetResponseRange() == nil || e.AlsoRev < rev || e.Seen() < e.AlsoRev {
