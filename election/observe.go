@@ -97,8 +97,11 @@ func (e *Election) observe(ctx context.Context, ch chan<- Observation) {
 		}
 		// A broken or compacted watch is no news for the caller: resume from
 		// a fresh read. A read that fails is: the state is unknown.
-		if !errors.Is(err, errWatchBroken) && !o.send(Observation{Err: err}) {
-			return
+		if !errors.Is(err, errWatchBroken) {
+			if !o.send(Observation{Err: err}) {
+				return
+			}
+			o.sent = false // the reader's last word is the Err: the state comes again
 		}
 		o.pause()
 	}

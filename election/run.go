@@ -555,8 +555,10 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 // drop resigns a lost term while its session still vouches, for one
 // request: a key still there (a loss seen wrongly) must not keep leading,
 // and a key found gone hands its slot back to the session. A resign that
-// fails hands over as resign's does (resignFailed): the key may still lead,
-// with no work behind it, and the next campaign would queue behind it.
+// fails is sent again in the background, for as long as the session lives:
+// a loss is proven (a read or an event), so the key is almost surely gone,
+// and ending the session for it (a RunGroup replica's every name) would
+// cost far more than the slot it frees.
 func (r *runner) drop(ctx context.Context, t *Term) {
 	if r.s.Err() != nil {
 		return // the session's end revokes its lease
@@ -564,8 +566,8 @@ func (r *runner) drop(ctx context.Context, t *Term) {
 	rctx, cancel := ctxutil.Detach(ctx, leaveGrace, leaveGrace)
 	defer cancel()
 	if err := t.Resign(rctx); err != nil && !errors.Is(err, ErrNotLeader) {
-		r.log.Warn("resign of a lost term failed; handing over by the session's end", "token", t.Token(), "err", err)
-		r.resignFailed(ctx)
+		r.log.Debug("resign of a lost term failed; sending it again in the background", "token", t.Token(), "err", err)
+		t.link.Go(func() { t.Resign(t.link.Life) })
 	}
 }
 

@@ -161,16 +161,18 @@ func (t *Term) usable(ctx context.Context) error {
 // the term), with ErrNotLeader as their cause, so work under the term stops
 // before the key goes, whatever happens next. ctx may be one of them (work
 // that resigns with its own context): that end does not stop the delete,
-// which keeps ctx's deadline. It returns an error wrapping
-// ErrNotLeader when the term was already lost (key gone, or session ended: a
-// key still there is deleted all the same) or resigned. Failures that pass
-// (a lost reply, a leader change, a member restarting) are retried until ctx
-// ends: deleting the key is idempotent. After any other error (ctx ended
-// first, etcd refused) the key may still be in etcd, leading, and guarded
-// writes of the term still commit: call Resign again, or close the session,
-// to hand leadership over. On a closed client it returns at once, wrapping
-// ErrNotLeader and the session's Err (fencing.ErrSessionClosed, unless it
-// had ended before): the key stays until the session's lease expires.
+// which keeps ctx's deadline, or without one goes on until it is answered or
+// the session ends (within a TTL when etcd cannot be reached). It returns an
+// error wrapping ErrNotLeader when the term was already lost (key gone, or
+// session ended: a key still there is deleted all the same) or resigned.
+// Failures that pass (a lost reply, a leader change, a member restarting)
+// are retried until ctx ends: deleting the key is idempotent. After any
+// other error (ctx ended first, etcd refused) the key may still be in etcd,
+// leading, and guarded writes of the term still commit: call Resign again,
+// or close the session, to hand leadership over. On a closed client it
+// returns at once, wrapping ErrNotLeader and the session's Err
+// (fencing.ErrSessionClosed, unless it had ended before): the key stays
+// until the session's lease expires.
 func (t *Term) Resign(ctx context.Context) error {
 	if err := t.usable(ctx); err != nil {
 		return fmt.Errorf("election: resign: %w", err)

@@ -66,17 +66,18 @@ func (h *Hold) IsOwner() clientv3.Cmp { return h.own.IsOwner() }
 // the hold), with ErrNotHeld as their cause, so work under the hold stops
 // before the key goes, whatever happens next. ctx may be one of them (work
 // that unlocks with its own context): that end does not stop the delete,
-// which keeps ctx's deadline. It returns an error wrapping
-// ErrNotHeld if the hold was already released or lost (key deleted, lease
-// gone, session ended); a key of an ended session that still exists is
-// deleted all the same. After any other error (ctx ended first, etcd
-// refused) the key may still be in etcd, owning the lock, and guarded writes of the hold
-// still commit: call Unlock again, or close the session, to release it.
-// Failures that pass (a lost reply, a leader change, a member restarting)
-// are retried until ctx ends: deleting the key is idempotent. On a closed
-// client it returns at once, wrapping ErrNotHeld and the session's Err
-// (ErrSessionClosed, unless it had ended before): the key stays until the
-// session's lease expires.
+// which keeps ctx's deadline, or without one goes on until it is answered or
+// the session ends (within a TTL when etcd cannot be reached). It returns an
+// error wrapping ErrNotHeld if the hold was already released or lost (key
+// deleted, lease gone, session ended); a key of an ended session that still
+// exists is deleted all the same. After any other error (ctx ended first,
+// etcd refused) the key may still be in etcd, owning the lock, and guarded
+// writes of the hold still commit: call Unlock again, or close the session,
+// to release it. Failures that pass (a lost reply, a leader change, a member
+// restarting) are retried until ctx ends: deleting the key is idempotent. On
+// a closed client it returns at once, wrapping ErrNotHeld and the session's
+// Err (ErrSessionClosed, unless it had ended before): the key stays until
+// the session's lease expires.
 func (h *Hold) Unlock(ctx context.Context) error {
 	if h == nil || h.s == nil {
 		return fmt.Errorf("fencing: unlock: %w: hold not made by Lock", ErrInvalidArgument)
