@@ -44,8 +44,8 @@ type Candidate struct {
 // each change: a new leader, nobody leading, the leader's value changed by
 // Proclaim, or a ranked candidate come, gone or re-ranked. A reader slower
 // than the changes gets the latest state, not each one in between: nothing
-// piles up while it does not read. A state is sent only once it was read from etcd, so a leader
-// whose key is gone is never reported as leading. When a read or the watch
+// piles up while it does not read. A state is sent only once it was read
+// from etcd, so a leader whose key is gone is never reported as leading. When a read or the watch
 // fails, or its watch cannot be established or is ended by etcd (a lost etcd
 // leader), or a check read after 5 s of silence fails (a partition), Observe
 // sends an Observation with Err and tries again with backoff. A watch that

@@ -73,9 +73,9 @@ type middleware struct {
 // and runs next under g.Do, so no newer token is admitted while it writes.
 // A stale token gets 409 Conflict, a malformed one 400 Bad Request, as does a
 // missing one unless AllowMissingToken is set; a name AllowNames refuses gets
-// 403 Forbidden, and a Store that fails 503 Service Unavailable. next finds the admitted token
-// with FromContext. With a nil next (or a nil g), every request gets 500
-// Internal Server Error naming ErrInvalidArgument.
+// 403 Forbidden, and a Store that fails 503 Service Unavailable. next finds
+// the admitted token with FromContext. With a nil next (or a nil g), every
+// request gets 500 Internal Server Error naming ErrInvalidArgument.
 func (g *Gate) Middleware(next http.Handler, opts ...MiddlewareOption) http.Handler {
 	m := &middleware{g: g, next: next}
 	for _, o := range opts {

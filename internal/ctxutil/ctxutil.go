@@ -23,6 +23,20 @@ func Detach(ctx context.Context, grace, limit time.Duration) (context.Context, c
 	return dctx, func() { stop(); cancel() }
 }
 
+// Outlive returns a context with ctx's values and deadline but not its
+// cancellation, which ends when life does: for a request that must go on
+// after the call's own ctx was ended on purpose.
+func Outlive(ctx, life context.Context) (context.Context, context.CancelFunc) {
+	var cancel context.CancelFunc
+	if d, ok := ctx.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+	} else {
+		ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	stop := context.AfterFunc(life, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
 // Ended returns a context that is already done, with cause: what an owner's
 // Context returns once it can no longer prove anything.
 func Ended(cause error) context.Context {

@@ -120,13 +120,8 @@ func (o *Ownership) Release(ctx context.Context) (Outcome, int64, error) {
 		// goes. The delete goes on without it, within its deadline, until
 		// the session ends (TestUnlockWithTheHoldsOwnContext).
 		var cancel context.CancelFunc
-		if d, ok := ctx.Deadline(); ok {
-			ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
-		} else {
-			ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
-		}
+		ctx, cancel = ctxutil.Outlive(ctx, o.Link.Life)
 		defer cancel()
-		defer context.AfterFunc(o.Link.Life, cancel)()
 	}
 	var resp *clientv3.DeleteResponse
 	lost := false // an attempt went unanswered: it may be the one that deleted
