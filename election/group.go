@@ -204,7 +204,42 @@ type round struct {
 type nameLoop struct {
 	stop     context.CancelCauseFunc
 	done     chan struct{}
-	stopping bool // stop was called: the name was handed over
+	stopping bool // stop was called: the name was handed over; set under mu
+
+	mu      sync.Mutex
+	after   *nameLoop // while waiting: the loop of the name before this one
+	entered bool      // its wait is over and it was not handed over first
+}
+
+// handOver ends l's work with cause.
+func (l *nameLoop) handOver(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stop(cause)
+	l.stopping = true
+}
+
+// enter ends l's wait: it reports whether l may lead, which it may not once
+// handed over.
+func (l *nameLoop) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopping {
+		return false // its wait may have ended early: keep after for pending
+	}
+	l.entered, l.after = true, nil
+	return true
+}
+
+// pending returns, for a loop handed over before its wait ended (which
+// never leads), the loop it waited for; otherwise l.
+func (l *nameLoop) pending() *nameLoop {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopping && !l.entered {
+		return l.after
+	}
+	return l
 }
 
 // event is what a name's loop tells its round: that the name is to be
@@ -230,8 +265,7 @@ func (r *round) reassign() {
 		case !mine && loop != nil && !loop.stopping:
 			to := r.members[a[n]].ID
 			r.g.log.Debug("handing a name over", "name", n, "to", to, "reason", ErrRebalanced)
-			loop.stop(fmt.Errorf("%w: %q moves to %q", ErrRebalanced, n, to))
-			loop.stopping = true
+			loop.handOver(fmt.Errorf("%w: %q moves to %q", ErrRebalanced, n, to))
 			gave = append(gave, n)
 		}
 	}
@@ -253,16 +287,32 @@ func (r *round) leading() int {
 }
 
 // start runs the loop of name once the previous one, if any, has ended.
+// A loop handed over before its wait ended never leads: it ends at once,
+// and the new loop waits for the one before it, so a name that moves away
+// and back while its work ignores its context adds no chain of waiting
+// loops.
 func (r *round) start(name string, prev *nameLoop) *nameLoop {
+	for prev != nil {
+		p := prev.pending()
+		if p == prev {
+			break
+		}
+		prev = p
+	}
 	ctx, stop := context.WithCancelCause(r.ctx)
-	l := &nameLoop{stop: stop, done: make(chan struct{})}
+	l := &nameLoop{stop: stop, done: make(chan struct{}), after: prev}
 	r.wg.Go(func() {
 		defer close(l.done)
 		defer stop(nil)
 		if prev != nil {
-			<-prev.done
+			select {
+			case <-prev.done:
+			case <-ctx.Done():
+			}
 		}
-		r.lead(ctx, name)
+		if l.enter() {
+			r.lead(ctx, name)
+		}
 	})
 	return l
 }

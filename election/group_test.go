@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -567,4 +569,85 @@ func TestGroupRewritesGarbledMembership(t *testing.T) {
 		return ok
 	})
 	w.waitBalanced(w.names, "a", "b")
+}
+
+// rebalances counts a RunGroup's "rebalanced" log records.
+type rebalances struct{ n atomic.Int32 }
+
+func (h *rebalances) Enabled(context.Context, slog.Level) bool { return true }
+func (h *rebalances) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "rebalanced" {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h *rebalances) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *rebalances) WithGroup(string) slog.Handler      { return h }
+
+// A name that moves away and back again and again while its work ignores
+// its context costs one waiting loop, not one per move: each new loop waits
+// for the work still running, and a loop handed over before its turn ends.
+func TestGroupFlapsWhileWorkIgnoresCtxStayBounded(t *testing.T) {
+	c := fencingtest.Single(t)
+	group, name := t.Name(), t.Name()+"/job"
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var running, overlaps atomic.Int32
+	work := func(context.Context, *election.Term) error {
+		if running.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		defer running.Add(-1)
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release // ignores its context
+		return nil
+	}
+	first := func(what string) {
+		t.Helper()
+		select {
+		case <-started:
+		case <-time.After(wait):
+			t.Fatal(what)
+		}
+	}
+	h := &rebalances{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- election.RunGroup(ctx, c.Client(t), group, []string{name}, work,
+			election.WithSessionOptions(fencing.WithTTL(30*time.Second), fencing.WithLogger(slog.New(h))))
+	}()
+	var once sync.Once
+	t.Cleanup(func() {
+		once.Do(func() { close(release) })
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("RunGroup: %v", err)
+		}
+	})
+	first("the work did not start")
+	// A member that ranks above the replica takes the name while it exists.
+	key := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindGroup), group) + "other"
+	val := assign.Encode(assign.Member{Key: key, ID: "other", Names: []string{name}, Priority: []int64{1}})
+	before := runtime.NumGoroutine()
+	const flaps = 40
+	for i := range flaps {
+		if _, err := c.Admin.Put(t.Context(), key, val); err != nil {
+			t.Fatal(err)
+		}
+		fencingtest.WaitFor(t, wait, "the name moves away", func() bool { return h.n.Load() >= int32(2*i+2) })
+		if _, err := c.Admin.Delete(t.Context(), key); err != nil {
+			t.Fatal(err)
+		}
+		fencingtest.WaitFor(t, wait, "the name comes back", func() bool { return h.n.Load() >= int32(2*i+3) })
+	}
+	fencingtest.WaitFor(t, wait, "no loop per move", func() bool { return runtime.NumGoroutine() < before+flaps/4 })
+	// The name's last loop leads once the old work returns, and never beside it.
+	once.Do(func() { close(release) })
+	first("the work did not start again after the old one returned")
+	if n := overlaps.Load(); n > 0 {
+		t.Errorf("the name's work ran twice at once %d times", n)
+	}
 }
