@@ -276,16 +276,9 @@ func sweepOnce(ctx context.Context, s *Session, prefix string, onArmed func()) (
 		var lives []target
 		if !armed { // the creation: ghosts written before the watch
 			armed = true
-			gctx, gcancel := context.WithTimeout(ctx, s.TTL/3)
-			got, err := s.Client.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-			gcancel()
-			if err != nil {
+			var err error
+			if lives, err = ghostsUnder(ctx, s, prefix); err != nil {
 				return false
-			}
-			for _, kv := range got.Kvs {
-				if ghost(s, kv) {
-					lives = append(lives, target{string(kv.Key), kv.CreateRevision})
-				}
 			}
 			onArmed()
 		}
@@ -304,6 +297,38 @@ func sweepOnce(ctx context.Context, s *Session, prefix string, onArmed func()) (
 		}
 	}
 	return armed
+}
+
+// sweepPage is how many keys one read of a sweeper's arming takes: a
+// shared range may hold any number of other sessions' and the
+// application's keys.
+const sweepPage = 1000
+
+// ghostsUnder reads the keys under prefix, keys only, in pages of
+// sweepPage, and returns the lives of the session's ghosts among them (see
+// ghost). Each page gets a third of the session's TTL. The pages need not
+// share a revision: a ghost written once the watch is armed is the watch's,
+// and one written before stays at its place in key order until deleted.
+func ghostsUnder(ctx context.Context, s *Session, prefix string) ([]target, error) {
+	var lives []target
+	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for {
+		gctx, cancel := context.WithTimeout(ctx, s.TTL/3)
+		got, err := s.Client.Get(gctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepPage))
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range got.Kvs {
+			if ghost(s, kv) {
+				lives = append(lives, target{string(kv.Key), kv.CreateRevision})
+			}
+		}
+		if !got.More || len(got.Kvs) == 0 {
+			return lives, nil
+		}
+		from = string(got.Kvs[len(got.Kvs)-1].Key) + "\x00"
+	}
 }
 
 // ghost reports whether kv is named as a queue key of the session
