@@ -52,6 +52,7 @@ type Member struct {
 	dir       string
 	cluster   string
 	certs     *Certs // nil: plain http
+	auth      tokens
 
 	mu   sync.Mutex
 	etcd *embed.Etcd // nil while stopped
@@ -79,20 +80,25 @@ func New(t TB, n int) *Cluster {
 
 // Start is New for callers without a TB (examples, benchmarks'
 // shared servers): the caller must Close the cluster.
-func Start(n int) (*Cluster, error) {
-	// Free ports are found by listening and closing: another test binary
-	// can take one before etcd binds it. Try again on fresh ports.
+func Start(n int) (*Cluster, error) { return startOnFreePorts(n, nil, tokens{}) }
+
+// startOnFreePorts is start, again on fresh ports while they were taken:
+// free ports are found by listening and closing, and another test binary
+// can take one before etcd binds it.
+func startOnFreePorts(n int, certs *Certs, auth tokens) (*Cluster, error) {
 	var err error
 	for range 5 {
 		var c *Cluster
-		if c, err = start(n, nil); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		if c, err = start(n, certs, auth); err == nil || !strings.Contains(err.Error(), "address already in use") {
 			return c, err
 		}
 	}
 	return nil, err
 }
 
-func start(n int, certs *Certs) (*Cluster, error) {
+// start starts n members, serving TLS with certs unless nil, and making
+// auth tokens as auth says.
+func start(n int, certs *Certs, auth tokens) (*Cluster, error) {
 	c := &Cluster{Root: fencing.DefaultRoot, TLS: certs}
 	var initial string
 	for i := range n {
@@ -101,7 +107,7 @@ func start(n int, certs *Certs) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
-		m := &Member{Name: fmt.Sprintf("m%d", i), dir: dir, certs: certs}
+		m := &Member{Name: fmt.Sprintf("m%d", i), dir: dir, certs: certs, auth: auth}
 		c.Members = append(c.Members, m)
 		if m.ClientURL.Host, err = FreeAddr(); err != nil {
 			c.Close()
@@ -186,6 +192,12 @@ func (m *Member) config(state string, stopping context.Context) *embed.Config {
 	// Authenticate takes over a second under the race detector. A slow one
 	// is a fault a test injects, on purpose.
 	cfg.BcryptCost = 4
+	if m.auth.kind != "" {
+		cfg.AuthToken = m.auth.kind
+	}
+	if m.auth.ttl != 0 {
+		cfg.AuthTokenTTL = m.auth.ttl
+	}
 	cfg.EnableGRPCGateway = false
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"

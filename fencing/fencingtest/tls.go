@@ -44,12 +44,7 @@ func SingleTLS(t TB) *Cluster {
 	if err != nil {
 		t.Fatalf("fencingtest: certificates: %v", err)
 	}
-	var c *Cluster
-	for range 5 { // free ports can be taken between finding and binding them
-		if c, err = start(1, certs); err == nil {
-			break
-		}
-	}
+	c, err := startOnFreePorts(1, certs, tokens{})
 	if err != nil {
 		t.Fatalf("fencingtest: %v", err)
 	}

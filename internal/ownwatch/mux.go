@@ -32,8 +32,12 @@ type Mux struct {
 	gen    int                // counts streams; a retry meant for an older one is dropped
 	live   bool               // a stream is open: out is sent on it
 	out    []*pb.WatchRequest // requests for the open stream, in order
-	wake   chan struct{}      // one token: out has requests
-	reopen context.CancelFunc // ends the open stream
+	// creating are the IDs of the creates sent on the open stream and not
+	// yet answered, in order: etcd answers a create it refuses (an expired
+	// auth token, a denied range) with watch ID -1, not the one asked for.
+	creating []int64
+	wake     chan struct{}      // one token: out has requests
+	reopen   context.CancelFunc // ends the open stream
 }
 
 // NewMux returns the watch multiplexer of the session whose life is life,
@@ -104,6 +108,9 @@ func (m *Mux) send(r *pb.WatchRequest) {
 		return
 	}
 	m.out = append(m.out, r)
+	if c := r.GetCreateRequest(); c != nil {
+		m.creating = append(m.creating, c.WatchId)
+	}
 	select {
 	case m.wake <- struct{}{}:
 	default:
@@ -136,7 +143,7 @@ func (m *Mux) stream() {
 	}
 	m.mu.Lock()
 	m.gen++
-	m.live, m.reopen, m.out = true, cancel, m.out[:0]
+	m.live, m.reopen, m.out, m.creating = true, cancel, m.out[:0], nil
 	for _, w := range m.ws {
 		m.send(create(w))
 	}
@@ -149,7 +156,7 @@ func (m *Mux) stream() {
 		cancel()
 		<-sent
 		m.mu.Lock()
-		m.live, m.reopen, m.out = false, nil, nil
+		m.live, m.reopen, m.out, m.creating = false, nil, nil, nil
 		m.mu.Unlock()
 	}()
 	for {
@@ -188,7 +195,15 @@ func (m *Mux) sender(ctx context.Context, fail context.CancelFunc, s pb.Watch_Wa
 // its own, so that one slow read never delays another watch's loss.
 func (m *Mux) route(resp *pb.WatchResponse) {
 	m.mu.Lock()
-	w := m.ws[resp.WatchId]
+	id := resp.WatchId
+	if resp.Created && len(m.creating) > 0 {
+		// etcd answers creates in the order sent, refused ones too.
+		if id == clientv3.InvalidWatchID {
+			id = m.creating[0]
+		}
+		m.creating = m.creating[1:]
+	}
+	w := m.ws[id]
 	gen := m.gen
 	m.mu.Unlock()
 	switch {

@@ -201,3 +201,138 @@ func delayCalls(method string, on *atomic.Bool, d time.Duration) fencingtest.Cli
 			return invoker(ctx, m, req, reply, cc, opts...)
 		})
 }
+
+// A client's auth token expires: a JWT at its time however much it is
+// used, a simple token (etcd's default) once unused for its TTL, 5 minutes
+// by default. Every stream opened with it keeps carrying it, and a session
+// at rest sends no request that would fetch a new one. Across expiries:
+// sessions renew, a waiter acquires, a watch made before keeps watching, a
+// watch made after arms on a stream opened before (it never did: etcd
+// answers a create it refuses with watch ID -1, and the session's stream
+// dropped that answer), a semaphore's waiter acquires, an observer sees the
+// next leader, and guarded writes pass.
+func TestAuthTokenExpiryMidWait(t *testing.T) {
+	const ttl = time.Second
+	t.Run("jwt", func(t *testing.T) { tokenExpiryMidWait(t, fencingtest.SingleJWT(t, ttl), ttl) })
+	t.Run("simple", func(t *testing.T) { tokenExpiryMidWait(t, fencingtest.SingleTokenTTL(t, ttl), ttl) })
+}
+
+func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration) {
+	c.EnableAuth(t)
+	c.AddUser(t, "svc", "leasehold/")
+	ctx := fencingtest.Context(t, time.Minute)
+	var ctr etcdtest.Counter
+	s1 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc"), etcdtest.WithCounter(&ctr)), fencing.WithTTL(3*time.Second))
+	s2 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc")), fencing.WithTTL(3*time.Second))
+	h0 := fencingtest.Lock(t, s1, "jobs/zero")
+	w0, stop0 := guard.Watch(ctx, h0) // s1's watch stream is open from here
+	defer stop0()
+	h1 := fencingtest.Lock(t, s1, "jobs/billing")
+	waiter := make(chan error, 1)
+	go func() {
+		h, err := fencingtest.Mutex(t, s2, "jobs/billing").Lock(ctx)
+		if err == nil {
+			_, err = guard.Put(ctx, h, "leasehold/data", "from s2")
+		}
+		waiter <- err
+	}()
+	fencingtest.WaitFor(t, fencingtest.Wait, "s2 to queue", func() bool { return len(c.Queue(t, fencing.KindLock, "jobs/billing").Entries) == 2 })
+	e2, _ := election.New(s2, "api")
+	obs := e2.Observe(ctx)
+	if o := <-obs; o.Err != nil || o.Leader != nil {
+		t.Fatalf("first observation: %+v", o)
+	}
+	auth := ctr.Requests("Authenticate")
+	time.Sleep(3 * ttl) // the fault: every token so far expires
+	if s1.Err() != nil || s2.Err() != nil {
+		t.Fatalf("sessions ended across token expiry: %v, %v", s1.Err(), s2.Err())
+	}
+	// A watch made now, on s1's stream opened with an expired token.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	w1, stop1 := guard.Watch(wctx, h1)
+	defer stop1()
+	if w1.Err() != nil {
+		t.Fatalf("watch made after expiry: %v", context.Cause(w1))
+	}
+	if err := h1.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock after expiry: %v", err)
+	}
+	select {
+	case err := <-waiter:
+		if err != nil {
+			t.Fatalf("waiter across expiry: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter did not acquire")
+	}
+	// A Lock that waits now: its watch goes on s2's stream, opened with
+	// the expired token.
+	late := fencingtest.Lock(t, s1, "jobs/late")
+	lateWaiter := make(chan error, 1)
+	go func() {
+		h, err := fencingtest.Mutex(t, s2, "jobs/late").Lock(ctx)
+		if err == nil {
+			err = h.Unlock(ctx)
+		}
+		lateWaiter <- err
+	}()
+	fencingtest.WaitFor(t, fencingtest.Wait, "s2 to queue late", func() bool { return len(c.Queue(t, fencing.KindLock, "jobs/late").Entries) == 2 })
+	if err := late.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lateWaiter:
+		if err != nil {
+			t.Fatalf("waiter queued after expiry: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter queued after expiry did not acquire")
+	}
+	c.Delete(t, h0.Key())
+	if cause := fencingtest.Ended(t, w0, fencingtest.Wait, "the watch made before expiry, after its key went"); !errors.Is(cause, fencing.ErrKeyDeleted) {
+		t.Fatalf("cause %v, want ErrKeyDeleted", cause)
+	}
+	// A semaphore's first waiter watches with clientv3, on s2's stream that
+	// the observer's watch keeps open with the expired token.
+	sem1, _ := fencing.NewSemaphore(s1, "jobs/sem", 1)
+	sem2, _ := fencing.NewSemaphore(s2, "jobs/sem", 1)
+	p1, err := sem1.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("Acquire after expiry: %v", err)
+	}
+	acquired := make(chan error, 1)
+	go func() {
+		p2, err := sem2.Acquire(ctx)
+		if err == nil {
+			err = p2.Unlock(ctx)
+		}
+		acquired <- err
+	}()
+	fencingtest.WaitFor(t, fencingtest.Wait, "s2 to queue on the semaphore", func() bool {
+		return len(c.Queue(t, fencing.KindSemaphore, "jobs/sem").Entries) == 2
+	})
+	if err := p1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-acquired:
+		if err != nil {
+			t.Fatalf("semaphore waiter after expiry: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the semaphore waiter did not acquire")
+	}
+	e1, _ := election.New(s1, "api")
+	if _, err := e1.Campaign(ctx, "s1"); err != nil {
+		t.Fatalf("Campaign after expiry: %v", err)
+	}
+	for o := range obs {
+		if o.Err == nil && o.Leader != nil && string(o.Leader.Value) == "s1" {
+			break
+		}
+	}
+	if ctr.Requests("Authenticate") == auth {
+		t.Error("no new token was fetched: the fault did not happen")
+	}
+}
