@@ -82,8 +82,7 @@ func (m *Mux) add(w *Watcher) bool {
 func (m *Mux) remove(w *Watcher) {
 	m.mu.Lock()
 	delete(m.ws, w.id)
-	m.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
-		CancelRequest: &pb.WatchCancelRequest{WatchId: w.id}}})
+	m.send(cancel(w.id))
 	m.mu.Unlock()
 	w.finish()
 }
@@ -115,6 +114,10 @@ func (m *Mux) send(r *pb.WatchRequest) {
 	case m.wake <- struct{}{}:
 	default:
 	}
+}
+
+func cancel(id int64) *pb.WatchRequest {
+	return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}}
 }
 
 func create(w *Watcher) *pb.WatchRequest {
@@ -204,6 +207,9 @@ func (m *Mux) route(resp *pb.WatchResponse) {
 		m.creating = m.creating[1:]
 	}
 	w := m.ws[id]
+	if w != nil && resp.Created && !resp.Canceled {
+		w.refused = 0
+	}
 	gen := m.gen
 	m.mu.Unlock()
 	switch {
@@ -234,9 +240,13 @@ func (m *Mux) route(resp *pb.WatchResponse) {
 	}
 }
 
-// retry creates w again after the server cancelled it: at once on a new
-// stream when the stream's auth token is the reason (a new stream gets a new
-// token), else on this one after a pause.
+// retry creates w again after the server cancelled it or refused to create
+// it: at once on a new stream when the stream's auth token is the reason (a
+// new stream gets a new token), else on this one after a pause that doubles
+// with each refusal in a row (a denied range stays denied), up to
+// maxRetryDelay. The new create has a new ID, after a cancel of the old: etcd
+// keeps a watch it cancelled for compaction under its ID, and refuses a
+// create that reuses it.
 func (m *Mux) retry(w *Watcher, gen int, reason string) {
 	if strings.Contains(reason, rpctypes.ErrGRPCInvalidAuthToken.Error()) ||
 		strings.Contains(reason, rpctypes.ErrGRPCAuthOldRevision.Error()) {
@@ -247,12 +257,22 @@ func (m *Mux) retry(w *Watcher, gen int, reason string) {
 		m.mu.Unlock()
 		return
 	}
-	time.AfterFunc(retryDelay, func() {
+	m.mu.Lock()
+	d := min(retryDelay<<min(w.refused, 8), maxRetryDelay)
+	w.refused++
+	m.mu.Unlock()
+	time.AfterFunc(d, func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if m.gen == gen && m.ws[w.id] == w {
-			m.send(create(w))
+		if m.gen != gen || m.ws[w.id] != w {
+			return // removed, or created again on a new stream
 		}
+		m.send(cancel(w.id))
+		delete(m.ws, w.id)
+		m.nextID++
+		w.id = m.nextID
+		m.ws[w.id] = w
+		m.send(create(w))
 	})
 }
 

@@ -77,6 +77,10 @@ func (o Owner) known(rev int64) bool { return rev == o.Rev || rev > o.Rev && rev
 // retryDelay paces re-arming a broken watch while the session still vouches.
 const retryDelay = 50 * time.Millisecond
 
+// maxRetryDelay caps the pause before a Mux creates again a watch the
+// server keeps refusing.
+const maxRetryDelay = 5 * time.Second
+
 // leaseCheckTimeout bounds the one read that names the cause of a deleted
 // key: the context is cancelled when it ends, whatever it found.
 const leaseCheckTimeout = 100 * time.Millisecond
@@ -106,6 +110,7 @@ type Watcher struct {
 	id         int64
 	unregister func()
 	armOnce    sync.Once
+	refused    int // creates refused or cancelled in a row; under the Mux's mu
 }
 
 // Start returns at once a watch whose context is cancelled with a cause once

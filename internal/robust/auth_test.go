@@ -327,9 +327,12 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 	if _, err := e1.Campaign(ctx, "s1"); err != nil {
 		t.Fatalf("Campaign after expiry: %v", err)
 	}
-	for o := range obs {
-		if o.Err == nil && o.Leader != nil && string(o.Leader.Value) == "s1" {
-			break
+	for led := false; !led; {
+		select {
+		case o := <-obs:
+			led = o.Err == nil && o.Leader != nil && string(o.Leader.Value) == "s1"
+		case <-time.After(fencingtest.Wait):
+			t.Fatal("the observer did not see s1 lead")
 		}
 	}
 	if ctr.Requests("Authenticate") == auth {
