@@ -125,24 +125,32 @@ func create(w *Watcher) *pb.WatchRequest {
 		CreateRequest: &pb.WatchCreateRequest{Key: []byte(w.o.Key), WatchId: w.id}}}
 }
 
-// serve keeps a stream open while the session lives.
+// serve keeps a stream open while the session lives. It opens one again
+// after a pause that doubles, up to maxRetryDelay, while streams end
+// without creating a watch: each open fetches an auth token (a password
+// check on the server), and a member without a leader refuses them all.
 func (m *Mux) serve() {
+	d := retryDelay
 	for m.life.Err() == nil {
-		m.stream()
-		pause(m.life, retryDelay)
+		if m.stream() {
+			d = retryDelay
+		}
+		pause(m.life, d)
+		d = min(2*d, maxRetryDelay)
 	}
 }
 
 // stream opens a stream, creates every live watch on it, and routes its
-// responses until it breaks.
-func (m *Mux) stream() {
+// responses until it breaks. It reports whether the server created a watch
+// on it.
+func (m *Mux) stream() (created bool) {
 	// Require a leader, as each clientv3 watch did: a member cut off from
 	// the others ends the stream instead of going silent.
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(m.life))
 	defer cancel()
 	s, err := pb.NewWatchClient(m.cli.ActiveConnection()).Watch(ctx)
 	if err != nil {
-		return
+		return false
 	}
 	m.mu.Lock()
 	m.gen++
@@ -165,9 +173,9 @@ func (m *Mux) stream() {
 	for {
 		resp, err := s.Recv()
 		if err != nil {
-			return
+			return created
 		}
-		m.route(resp)
+		created = m.route(resp) || created
 	}
 }
 
@@ -195,8 +203,9 @@ func (m *Mux) sender(ctx context.Context, fail context.CancelFunc, s pb.Watch_Wa
 
 // route hands one response to its watch. Anything that can wait on the
 // network (the arming read, the lease read of a loss) runs in a goroutine of
-// its own, so that one slow read never delays another watch's loss.
-func (m *Mux) route(resp *pb.WatchResponse) {
+// its own, so that one slow read never delays another watch's loss. It
+// reports whether resp is a watch created.
+func (m *Mux) route(resp *pb.WatchResponse) (created bool) {
 	m.mu.Lock()
 	id := resp.WatchId
 	if resp.Created && len(m.creating) > 0 {
@@ -207,7 +216,8 @@ func (m *Mux) route(resp *pb.WatchResponse) {
 		m.creating = m.creating[1:]
 	}
 	w := m.ws[id]
-	if w != nil && resp.Created && !resp.Canceled {
+	created = resp.Created && !resp.Canceled
+	if w != nil && created {
 		w.refused = 0
 	}
 	gen := m.gen
@@ -238,6 +248,7 @@ func (m *Mux) route(resp *pb.WatchResponse) {
 			}
 		}
 	}
+	return created
 }
 
 // retry creates w again after the server cancelled it or refused to create
@@ -248,8 +259,7 @@ func (m *Mux) route(resp *pb.WatchResponse) {
 // keeps a watch it cancelled for compaction under its ID, and refuses a
 // create that reuses it.
 func (m *Mux) retry(w *Watcher, gen int, reason string) {
-	if strings.Contains(reason, rpctypes.ErrGRPCInvalidAuthToken.Error()) ||
-		strings.Contains(reason, rpctypes.ErrGRPCAuthOldRevision.Error()) {
+	if authRefusal(reason) {
 		m.mu.Lock()
 		if m.gen == gen && m.reopen != nil {
 			m.reopen()
@@ -274,6 +284,19 @@ func (m *Mux) retry(w *Watcher, gen int, reason string) {
 		m.ws[w.id] = w
 		m.send(create(w))
 	})
+}
+
+// authRefusal reports whether a watch's cancel reason is the stream's auth
+// token: expired, from before a change of the auth store, or none at all
+// (a stream opened while auth was off). A stream opened again gets a new
+// token.
+func authRefusal(reason string) bool {
+	for _, err := range []error{rpctypes.ErrGRPCInvalidAuthToken, rpctypes.ErrGRPCAuthOldRevision, rpctypes.ErrGRPCUserEmpty} {
+		if strings.Contains(reason, err.Error()) {
+			return true
+		}
+	}
+	return false
 }
 
 // Watches returns the number of watches m serves.

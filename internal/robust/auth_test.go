@@ -339,3 +339,44 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 		t.Error("no new token was fetched: the fault did not happen")
 	}
 }
+
+// A session whose watch stream was opened while auth was off (it carries
+// no token) keeps serving waits once auth is turned on: etcd refuses each
+// create on it ("user name is empty"), and the stream is opened again, with
+// a token. Found in an audit: the stream was kept, and a Lock that waited
+// never acquired.
+func TestWatchStreamFromBeforeAuth(t *testing.T) {
+	c := fencingtest.Single(t)
+	c.AddUser(t, "svc", "leasehold/")
+	ctx := fencingtest.Context(t, time.Minute)
+	s1 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc")))
+	h0 := fencingtest.Lock(t, s1, "jobs/zero")
+	w0, stop0 := guard.Watch(ctx, h0) // s1's watch stream is open, with no token
+	defer stop0()
+	c.EnableAuth(t)
+	s2 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc")))
+	h := fencingtest.Lock(t, s2, "jobs/billing")
+	waiter := make(chan error, 1)
+	go func() {
+		h, err := fencingtest.Mutex(t, s1, "jobs/billing").Lock(ctx)
+		if err == nil {
+			err = h.Unlock(ctx)
+		}
+		waiter <- err
+	}()
+	fencingtest.WaitFor(t, fencingtest.Wait, "s1 to queue", func() bool { return len(c.Queue(t, fencing.KindLock, "jobs/billing").Entries) == 2 })
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waiter:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(fencingtest.Wait):
+		t.Fatal("the waiter did not acquire")
+	}
+	if w0.Err() != nil {
+		t.Fatalf("the watch from before auth ended: %v", context.Cause(w0))
+	}
+}
