@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/internal/prefer"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
+	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -123,7 +124,7 @@ func (c *candidacy) open(ctx context.Context) <-chan clientv3.WatchChan {
 // open and silent while the session renews through another member.
 func (c *candidacy) watchFromNow(ctx context.Context, prefix string) <-chan clientv3.WatchChan {
 	made := make(chan clientv3.WatchChan, 1)
-	ctx = clientv3.WithRequireLeader(ctx)
+	ctx = watchstream.Context(clientv3.WithRequireLeader(ctx), c.link.Client)
 	if !c.link.Go(func() { made <- c.link.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) }) {
 		closed := make(chan clientv3.WatchResponse)
 		close(closed)
@@ -141,6 +142,7 @@ func (c *candidacy) arm(ctx context.Context, wch clientv3.WatchChan) error {
 		case !ok:
 			return fmt.Errorf("election: watch candidates %q: %w", c.prefix, errWatchBroken)
 		case resp.Err() != nil:
+			watchstream.Ended(c.link.Client, resp)
 			return fmt.Errorf("election: watch candidates %q: %w", c.prefix, retry.Typed(resp.Err()))
 		case resp.Header.Revision > c.seen():
 			return c.read(ctx, false)
@@ -347,6 +349,7 @@ func (c *candidacy) watch(ctx context.Context, wch clientv3.WatchChan, draining 
 			draining = c.sync(ctx, draining)
 		case resp, ok := <-wch:
 			if !ok || resp.Canceled {
+				watchstream.Ended(c.link.Client, resp)
 				return errWatchBroken
 			}
 			if err := resp.Err(); err != nil {

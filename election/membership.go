@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/assign"
 	"github.com/leasehold/leasehold/internal/retry"
+	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -94,7 +95,7 @@ func (r *round) rejoin(ctx context.Context) error {
 func (r *round) watch(ctx context.Context, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := r.s.Client().Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	wch := r.s.Client().Watch(watchstream.Context(wctx, r.s.Client()), r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	for {
 		select {
 		case <-ctx.Done():
@@ -104,6 +105,7 @@ func (r *round) watch(ctx context.Context, rev int64) error {
 				return errWatchBroken
 			}
 			if err := resp.Err(); err != nil {
+				watchstream.Ended(r.s.Client(), resp)
 				return retry.Typed(err)
 			}
 			for _, ev := range resp.Events {

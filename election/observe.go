@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/prefer"
 	"github.com/leasehold/leasehold/internal/retry"
+	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -119,9 +120,10 @@ func (o *observer) follow() error {
 	var timedOut atomic.Bool
 	arm := time.AfterFunc(observeArmTimeout, func() { timedOut.Store(true); cancel() })
 	// One watch on every kind of the name: the queue and the candidates.
-	wch := o.e.s.Client().Watch(wctx, o.e.keys, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	wch := o.e.s.Client().Watch(watchstream.Context(wctx, o.e.s.Client()), o.e.keys, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	resp, ok := <-wch
 	arm.Stop()
+	watchstream.Ended(o.e.s.Client(), resp)
 	switch {
 	case timedOut.Load():
 		return fmt.Errorf("election: observe %q: watch not established within %v", o.e.name, observeArmTimeout)
@@ -257,7 +259,9 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 		return errWatchBroken
 	}
 	err := resp.Err()
-	if err == nil || errors.Is(err, rpctypes.ErrCompacted) {
+	// A refusal of the stream's token is no news either: the next watch goes
+	// on a new stream, with a new token (watchstream).
+	if err == nil || errors.Is(err, rpctypes.ErrCompacted) || watchstream.TokenRefusal(err.Error()) {
 		return fmt.Errorf("%w: %v", errWatchBroken, err)
 	}
 	return fmt.Errorf("election: watch: %w", retry.Typed(err))

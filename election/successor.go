@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/prefer"
 	"github.com/leasehold/leasehold/internal/retry"
+	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -116,6 +117,7 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 			switch {
 			case ctx.Err() != nil:
 			case !ok || resp.Canceled || resp.Err() != nil:
+				watchstream.Ended(c.link.Client, resp)
 				retry.Pause(ctx, retry.MinBackoff)
 				wch, made, read = nil, c.watchFromNow(ctx, queue), true
 			case resp.Created:

@@ -3,13 +3,12 @@ package ownwatch
 import (
 	"context"
 	"reflect"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/watchstream"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -259,7 +258,7 @@ func (m *Mux) route(resp *pb.WatchResponse) (created bool) {
 // keeps a watch it cancelled for compaction under its ID, and refuses a
 // create that reuses it.
 func (m *Mux) retry(w *Watcher, gen int, reason string) {
-	if authRefusal(reason) {
+	if watchstream.TokenRefusal(reason) {
 		m.mu.Lock()
 		if m.gen == gen && m.reopen != nil {
 			m.reopen()
@@ -284,19 +283,6 @@ func (m *Mux) retry(w *Watcher, gen int, reason string) {
 		m.ws[w.id] = w
 		m.send(create(w))
 	})
-}
-
-// authRefusal reports whether a watch's cancel reason is the stream's auth
-// token: expired, from before a change of the auth store, or none at all
-// (a stream opened while auth was off). A stream opened again gets a new
-// token.
-func authRefusal(reason string) bool {
-	for _, err := range []error{rpctypes.ErrGRPCInvalidAuthToken, rpctypes.ErrGRPCAuthOldRevision, rpctypes.ErrGRPCUserEmpty} {
-		if strings.Contains(reason, err.Error()) {
-			return true
-		}
-	}
-	return false
 }
 
 // Watches returns the number of watches m serves.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/retry"
+	"github.com/leasehold/leasehold/internal/watchstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -176,7 +177,7 @@ func (w *Watcher) arm() clientv3.WatchChan {
 		w.wctx, w.wstop = context.WithCancel(clientv3.WithRequireLeader(w.ctx))
 		// From now, not from the token's revision: a watch that starts in the
 		// past is served by etcd's unsynced loop, up to 100 ms late.
-		wch := w.o.Client.Watch(w.wctx, w.o.Key, clientv3.WithCreatedNotify())
+		wch := w.o.Client.Watch(watchstream.Context(w.wctx, w.o.Client), w.o.Key, clientv3.WithCreatedNotify())
 		if w.created(wch) {
 			return wch
 		}
@@ -191,6 +192,7 @@ func (w *Watcher) arm() clientv3.WatchChan {
 func (w *Watcher) created(wch clientv3.WatchChan) bool {
 	resp, ok := <-wch // wch closes if ctx ends
 	if !ok || !resp.Created || resp.Err() != nil {
+		watchstream.Ended(w.o.Client, resp)
 		return false
 	}
 	if w.o.known(resp.Header.Revision) {
@@ -250,6 +252,7 @@ func (w *Watcher) run(wch clientv3.WatchChan) {
 			if !ok || resp.Canceled || resp.Err() != nil {
 				// Compacted or broken: re-arm from a fresh read, never
 				// turn it into a loss while the session still vouches.
+				watchstream.Ended(w.o.Client, resp)
 				w.wstop()
 				wch = w.arm()
 				continue

@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
+	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -269,8 +270,9 @@ func sweep(s *Session, prefix string, armed func()) context.CancelFunc {
 func sweepOnce(ctx context.Context, s *Session, prefix string, onArmed func()) (armed bool) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for resp := range s.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
+	for resp := range s.Client.Watch(watchstream.Context(ctx, s.Client), prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
 		if resp.Canceled || resp.Err() != nil {
+			watchstream.Ended(s.Client, resp)
 			return armed
 		}
 		var lives []target

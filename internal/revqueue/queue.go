@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/retry"
+	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -285,9 +286,10 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, 
 	if !puts {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	wch := q.Client.Watch(wctx, key, opts...)
+	wch := q.Client.Watch(watchstream.Context(wctx, q.Client), key, opts...)
 	for resp := range wch {
 		if resp.Canceled || resp.Err() != nil {
+			watchstream.Ended(q.Client, resp)
 			break
 		}
 		if resp.Created {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/internal/retry"
+	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -144,9 +145,10 @@ func (q Queue) waitEnds(ctx context.Context, e *Entry, dir string, any bool) (su
 		left[t.key] = true
 	}
 	ended := func() bool { return len(left) < len(e.ahead) && (any || len(left) == 0) }
-	wch := q.Client.Watch(wctx, q.Prefix+dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	wch := q.Client.Watch(watchstream.Context(wctx, q.Client), q.Prefix+dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	for resp := range wch {
 		if resp.Canceled || resp.Err() != nil {
+			watchstream.Ended(q.Client, resp)
 			break
 		}
 		if resp.Created {

@@ -209,8 +209,8 @@ func delayCalls(method string, on *atomic.Bool, d time.Duration) fencingtest.Cli
 // sessions renew, a waiter acquires, a watch made before keeps watching, a
 // watch made after arms on a stream opened before (it never did: etcd
 // answers a create it refuses with watch ID -1, and the session's stream
-// dropped that answer), a semaphore's waiter acquires, an observer sees the
-// next leader, and guarded writes pass.
+// dropped that answer), a semaphore's waiter acquires, an observer made
+// after and one made before see the next leader, and guarded writes pass.
 func TestAuthTokenExpiryMidWait(t *testing.T) {
 	const ttl = time.Second
 	t.Run("jwt", func(t *testing.T) { tokenExpiryMidWait(t, fencingtest.SingleJWT(t, ttl), ttl) })
@@ -322,6 +322,19 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 		}
 	case <-ctx.Done():
 		t.Fatal("the semaphore waiter did not acquire")
+	}
+	// An observer made now: its clientv3 watch would go on the stream the
+	// first observer keeps open with the expired token, and be refused for
+	// as long as that one lives (found in an audit: it reported the error
+	// every two seconds and never a state).
+	o2, _ := election.New(s2, "api")
+	select {
+	case o := <-o2.Observe(ctx):
+		if o.Err != nil {
+			t.Fatalf("observer made after expiry: %v", o.Err)
+		}
+	case <-time.After(fencingtest.Wait):
+		t.Fatal("the observer made after expiry reported nothing")
 	}
 	e1, _ := election.New(s1, "api")
 	if _, err := e1.Campaign(ctx, "s1"); err != nil {
