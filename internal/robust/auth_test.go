@@ -268,27 +268,7 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 	}
 	// A Lock that waits now: its watch goes on s2's stream, opened with
 	// the expired token.
-	late := fencingtest.Lock(t, s1, "jobs/late")
-	lateWaiter := make(chan error, 1)
-	go func() {
-		h, err := fencingtest.Mutex(t, s2, "jobs/late").Lock(ctx)
-		if err == nil {
-			err = h.Unlock(ctx)
-		}
-		lateWaiter <- err
-	}()
-	fencingtest.WaitFor(t, fencingtest.Wait, "s2 to queue late", func() bool { return len(c.Queue(t, fencing.KindLock, "jobs/late").Entries) == 2 })
-	if err := late.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-lateWaiter:
-		if err != nil {
-			t.Fatalf("waiter queued after expiry: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("the waiter queued after expiry did not acquire")
-	}
+	handOver(t, c, fencingtest.Lock(t, s1, "jobs/late"), s2, "the waiter queued after expiry")
 	c.Delete(t, h0.Key())
 	if cause := fencingtest.Ended(t, w0, fencingtest.Wait, "the watch made before expiry, after its key went"); !errors.Is(cause, fencing.ErrKeyDeleted) {
 		t.Fatalf("cause %v, want ErrKeyDeleted", cause)
@@ -368,28 +348,36 @@ func TestWatchStreamFromBeforeAuth(t *testing.T) {
 	defer stop0()
 	c.EnableAuth(t)
 	s2 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc")))
-	h := fencingtest.Lock(t, s2, "jobs/billing")
-	waiter := make(chan error, 1)
+	handOver(t, c, fencingtest.Lock(t, s2, "jobs/billing"), s1, "the waiter")
+	if w0.Err() != nil {
+		t.Fatalf("the watch from before auth ended: %v", context.Cause(w0))
+	}
+}
+
+// handOver queues a Lock of waiter behind h, unlocks h, and fails unless the
+// waiter acquires (and unlocks) in time.
+func handOver(t *testing.T, c *fencingtest.Cluster, h *fencing.Hold, waiter *fencing.Session, what string) {
+	t.Helper()
+	ctx := fencingtest.Context(t, time.Minute)
+	name := h.Token().Name
+	done := make(chan error, 1)
 	go func() {
-		h, err := fencingtest.Mutex(t, s1, "jobs/billing").Lock(ctx)
+		h, err := fencingtest.Mutex(t, waiter, name).Lock(ctx)
 		if err == nil {
 			err = h.Unlock(ctx)
 		}
-		waiter <- err
+		done <- err
 	}()
-	fencingtest.WaitFor(t, fencingtest.Wait, "s1 to queue", func() bool { return len(c.Queue(t, fencing.KindLock, "jobs/billing").Entries) == 2 })
+	fencingtest.WaitFor(t, fencingtest.Wait, what+" to queue", func() bool { return len(c.Queue(t, fencing.KindLock, name).Entries) == 2 })
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-waiter:
+	case err := <-done:
 		if err != nil {
-			t.Fatalf("waiter: %v", err)
+			t.Fatalf("%s: %v", what, err)
 		}
 	case <-time.After(fencingtest.Wait):
-		t.Fatal("the waiter did not acquire")
-	}
-	if w0.Err() != nil {
-		t.Fatalf("the watch from before auth ended: %v", context.Cause(w0))
+		t.Fatalf("%s did not acquire", what)
 	}
 }
