@@ -306,10 +306,14 @@ func (c *candidacy) follow(ctx context.Context, made <-chan clientv3.WatchChan, 
 	if !wrote { // else the enqueue's txn wrote the record and read the others
 		c.write(ctx)
 	}
+	// The pause doubles while watches fail to arm: a refused one (a denied
+	// range) is refused again.
+	wait := retry.MinBackoff
 	for {
 		wch := <-made // ctx's end ends the wait
 		err := c.arm(ctx, wch)
 		if err == nil {
+			wait = retry.MinBackoff
 			draining = c.sync(ctx, draining) // the record, if the first write failed
 			err = c.watch(ctx, wch, draining)
 		}
@@ -319,7 +323,8 @@ func (c *candidacy) follow(ctx context.Context, made <-chan clientv3.WatchChan, 
 		if !errors.Is(err, errWatchBroken) {
 			c.log.Warn("watch of candidates failed; reading again", "err", err)
 		}
-		retry.Pause(ctx, retry.MinBackoff)
+		retry.Pause(ctx, wait)
+		wait = min(2*wait, retry.MaxBackoff)
 		made = c.open(ctx)
 		if err := c.read(ctx, false); err == nil {
 			draining = c.sync(ctx, draining)

@@ -87,6 +87,7 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 	var wch clientv3.WatchChan
 	var next *mvccpb.KeyValue // right behind t's key, as of readRev and the events since
 	read, readRev := true, int64(0)
+	wait := retry.MinBackoff // doubles while watches fail to arm, as the candidacy's
 	for ctx.Err() == nil {
 		if read {
 			resp, err := c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
@@ -118,10 +119,11 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 			case ctx.Err() != nil:
 			case !ok || resp.Canceled || resp.Err() != nil:
 				watchstream.Ended(c.link.Client, resp)
-				retry.Pause(ctx, retry.MinBackoff)
+				retry.Pause(ctx, wait)
+				wait = min(2*wait, retry.MaxBackoff)
 				wch, made, read = nil, c.watchFromNow(ctx, queue), true
 			case resp.Created:
-				read = resp.Header.Revision > readRev
+				read, wait = resp.Header.Revision > readRev, retry.MinBackoff
 			default:
 				next, read = behind(next, resp.Events, readRev)
 			}

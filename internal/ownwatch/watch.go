@@ -173,7 +173,9 @@ func (w *Watcher) Stop(cause error) {
 // then covers the gap before its start revision with one read of the key.
 // It returns nil once ownership is lost or ctx is done.
 func (w *Watcher) arm() clientv3.WatchChan {
-	for w.ctx.Err() == nil {
+	// The pause doubles while creates fail: a refused one (a denied range)
+	// is refused again.
+	for d := retryDelay; w.ctx.Err() == nil; d = min(2*d, maxRetryDelay) {
 		w.wctx, w.wstop = context.WithCancel(clientv3.WithRequireLeader(w.ctx))
 		// From now, not from the token's revision: a watch that starts in the
 		// past is served by etcd's unsynced loop, up to 100 ms late.
@@ -182,7 +184,7 @@ func (w *Watcher) arm() clientv3.WatchChan {
 			return wch
 		}
 		w.wstop()
-		pause(w.ctx, retryDelay)
+		pause(w.ctx, d)
 	}
 	return nil
 }
