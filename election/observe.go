@@ -86,6 +86,7 @@ type observer struct {
 	sent    bool         // last is set
 	pending *Observation // a newer state, not yet received
 	retry   time.Duration
+	refused bool // the last watch was refused for its stream's auth token
 }
 
 func (e *Election) observe(ctx context.Context, ch chan<- Observation) {
@@ -127,9 +128,16 @@ func (o *observer) follow() error {
 	switch {
 	case timedOut.Load():
 		return fmt.Errorf("election: observe %q: watch not established within %v", o.e.name, observeArmTimeout)
+	case ok && resp.Err() != nil && watchstream.TokenRefusal(resp.Err().Error()) && !o.refused:
+		// No news either, once: the next watch goes on a new stream, with a
+		// new token. Refused again, the token will not do (a static one,
+		// none while auth is on), and the reader hears of it.
+		o.refused = true
+		return fmt.Errorf("%w: %v", errWatchBroken, resp.Err())
 	case !ok || resp.Err() != nil:
 		return watchErr(resp, ok)
 	}
+	o.refused = false
 	cur, rs, rev, err := o.read()
 	if err != nil {
 		return err
@@ -259,9 +267,7 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 		return errWatchBroken
 	}
 	err := resp.Err()
-	// A refusal of the stream's token is no news either: the next watch goes
-	// on a new stream, with a new token (watchstream).
-	if err == nil || errors.Is(err, rpctypes.ErrCompacted) || watchstream.TokenRefusal(err.Error()) {
+	if err == nil || errors.Is(err, rpctypes.ErrCompacted) {
 		return fmt.Errorf("%w: %v", errWatchBroken, err)
 	}
 	return fmt.Errorf("election: watch: %w", retry.Typed(err))

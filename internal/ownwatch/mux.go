@@ -125,13 +125,16 @@ func create(w *Watcher) *pb.WatchRequest {
 }
 
 // serve keeps a stream open while the session lives. It opens one again
-// after a pause that doubles, up to maxRetryDelay, while streams end
+// after a pause that doubles, up to maxRetryDelay, while streams end soon
 // without creating a watch: each open fetches an auth token (a password
 // check on the server), and a member without a leader refuses them all.
 func (m *Mux) serve() {
 	d := retryDelay
 	for m.life.Err() == nil {
-		if m.stream() {
+		opened := time.Now()
+		// A stream that lived (a session with no watch creates none) is no
+		// reason to wait long for the next one.
+		if m.stream() || time.Since(opened) > maxRetryDelay {
 			d = retryDelay
 		}
 		pause(m.life, d)

@@ -381,3 +381,27 @@ func handOver(t *testing.T, c *fencingtest.Cluster, h *fencing.Hold, waiter *fen
 		t.Fatalf("%s did not acquire", what)
 	}
 }
+
+// An observer whose watches etcd keeps refusing for the token (here a
+// client with no credentials once auth is on, whose every new stream has
+// none) reports it: a refusal for the token is passed over once, since the
+// next watch goes on a new stream with a new token, not for ever (found in
+// review: it went silent).
+func TestObserveReportsTokenThatWillNotDo(t *testing.T) {
+	c := fencingtest.Single(t)
+	s := fencingtest.Session(t, c.Client(t), fencing.WithTTL(time.Minute))
+	e, err := election.New(s, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.EnableAuth(t)
+	ctx := fencingtest.Context(t, time.Minute)
+	select {
+	case o := <-e.Observe(ctx):
+		if !errors.Is(o.Err, rpctypes.ErrUserEmpty) {
+			t.Fatalf("first observation: %+v; want an Err of an empty user", o)
+		}
+	case <-time.After(fencingtest.Wait):
+		t.Fatal("the observer said nothing")
+	}
+}
