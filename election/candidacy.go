@@ -142,7 +142,7 @@ func (c *candidacy) arm(ctx context.Context, wch clientv3.WatchChan) error {
 		case !ok:
 			return fmt.Errorf("election: watch candidates %q: %w", c.prefix, errWatchBroken)
 		case resp.Err() != nil:
-			watchstream.Ended(c.link.Client, resp)
+			watchstream.Ended(ctx, c.link.Client, resp)
 			return fmt.Errorf("election: watch candidates %q: %w", c.prefix, retry.Typed(resp.Err()))
 		case resp.Header.Revision > c.seen():
 			return c.read(ctx, false)
@@ -354,7 +354,7 @@ func (c *candidacy) watch(ctx context.Context, wch clientv3.WatchChan, draining 
 			draining = c.sync(ctx, draining)
 		case resp, ok := <-wch:
 			if !ok || resp.Canceled {
-				watchstream.Ended(c.link.Client, resp)
+				watchstream.Ended(ctx, c.link.Client, resp)
 				return errWatchBroken
 			}
 			if err := resp.Err(); err != nil {

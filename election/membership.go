@@ -95,7 +95,8 @@ func (r *round) rejoin(ctx context.Context) error {
 func (r *round) watch(ctx context.Context, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := r.s.Client().Watch(watchstream.Context(wctx, r.s.Client()), r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	wctx = watchstream.Context(wctx, r.s.Client())
+	wch := r.s.Client().Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	for {
 		select {
 		case <-ctx.Done():
@@ -105,7 +106,7 @@ func (r *round) watch(ctx context.Context, rev int64) error {
 				return errWatchBroken
 			}
 			if err := resp.Err(); err != nil {
-				watchstream.Ended(r.s.Client(), resp)
+				watchstream.Ended(wctx, r.s.Client(), resp)
 				return retry.Typed(err)
 			}
 			for _, ev := range resp.Events {

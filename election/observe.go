@@ -121,10 +121,11 @@ func (o *observer) follow() error {
 	var timedOut atomic.Bool
 	arm := time.AfterFunc(observeArmTimeout, func() { timedOut.Store(true); cancel() })
 	// One watch on every kind of the name: the queue and the candidates.
-	wch := o.e.s.Client().Watch(watchstream.Context(wctx, o.e.s.Client()), o.e.keys, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	wctx = watchstream.Context(wctx, o.e.s.Client())
+	wch := o.e.s.Client().Watch(wctx, o.e.keys, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	resp, ok := <-wch
 	arm.Stop()
-	watchstream.Ended(o.e.s.Client(), resp)
+	watchstream.Ended(wctx, o.e.s.Client(), resp)
 	switch {
 	case timedOut.Load():
 		return fmt.Errorf("election: observe %q: watch not established within %v", o.e.name, observeArmTimeout)

@@ -118,7 +118,7 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 			switch {
 			case ctx.Err() != nil:
 			case !ok || resp.Canceled || resp.Err() != nil:
-				watchstream.Ended(c.link.Client, resp)
+				watchstream.Ended(ctx, c.link.Client, resp)
 				retry.Pause(ctx, wait)
 				wait = min(2*wait, retry.MaxBackoff)
 				wch, made, read = nil, c.watchFromNow(ctx, queue), true

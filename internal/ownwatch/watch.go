@@ -176,10 +176,11 @@ func (w *Watcher) arm() clientv3.WatchChan {
 	// The pause doubles while creates fail: a refused one (a denied range)
 	// is refused again.
 	for d := retryDelay; w.ctx.Err() == nil; d = min(2*d, maxRetryDelay) {
-		w.wctx, w.wstop = context.WithCancel(clientv3.WithRequireLeader(w.ctx))
+		wctx, stop := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
+		w.wctx, w.wstop = watchstream.Context(wctx, w.o.Client), stop
 		// From now, not from the token's revision: a watch that starts in the
 		// past is served by etcd's unsynced loop, up to 100 ms late.
-		wch := w.o.Client.Watch(watchstream.Context(w.wctx, w.o.Client), w.o.Key, clientv3.WithCreatedNotify())
+		wch := w.o.Client.Watch(w.wctx, w.o.Key, clientv3.WithCreatedNotify())
 		if w.created(wch) {
 			return wch
 		}
@@ -194,7 +195,7 @@ func (w *Watcher) arm() clientv3.WatchChan {
 func (w *Watcher) created(wch clientv3.WatchChan) bool {
 	resp, ok := <-wch // wch closes if ctx ends
 	if !ok || !resp.Created || resp.Err() != nil {
-		watchstream.Ended(w.o.Client, resp)
+		watchstream.Ended(w.wctx, w.o.Client, resp)
 		return false
 	}
 	if w.o.known(resp.Header.Revision) {
@@ -254,7 +255,7 @@ func (w *Watcher) run(wch clientv3.WatchChan) {
 			if !ok || resp.Canceled || resp.Err() != nil {
 				// Compacted or broken: re-arm from a fresh read, never
 				// turn it into a loss while the session still vouches.
-				watchstream.Ended(w.o.Client, resp)
+				watchstream.Ended(w.wctx, w.o.Client, resp)
 				w.wstop()
 				wch = w.arm()
 				continue

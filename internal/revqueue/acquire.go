@@ -270,9 +270,10 @@ func sweep(s *Session, prefix string, armed func()) context.CancelFunc {
 func sweepOnce(ctx context.Context, s *Session, prefix string, onArmed func()) (armed bool) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for resp := range s.Client.Watch(watchstream.Context(ctx, s.Client), prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
+	ctx = watchstream.Context(ctx, s.Client)
+	for resp := range s.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
 		if resp.Canceled || resp.Err() != nil {
-			watchstream.Ended(s.Client, resp)
+			watchstream.Ended(ctx, s.Client, resp)
 			return armed
 		}
 		var lives []target

@@ -286,10 +286,11 @@ func (q Queue) waitDeleted(ctx context.Context, key string, rev, readRev int64, 
 	if !puts {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	wch := q.Client.Watch(watchstream.Context(wctx, q.Client), key, opts...)
+	wctx = watchstream.Context(wctx, q.Client)
+	wch := q.Client.Watch(wctx, key, opts...)
 	for resp := range wch {
 		if resp.Canceled || resp.Err() != nil {
-			watchstream.Ended(q.Client, resp)
+			watchstream.Ended(wctx, q.Client, resp)
 			break
 		}
 		if resp.Created {

@@ -145,10 +145,11 @@ func (q Queue) waitEnds(ctx context.Context, e *Entry, dir string, any bool) (su
 		left[t.key] = true
 	}
 	ended := func() bool { return len(left) < len(e.ahead) && (any || len(left) == 0) }
-	wch := q.Client.Watch(watchstream.Context(wctx, q.Client), q.Prefix+dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	wctx = watchstream.Context(wctx, q.Client)
+	wch := q.Client.Watch(wctx, q.Prefix+dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	for resp := range wch {
 		if resp.Canceled || resp.Err() != nil {
-			watchstream.Ended(q.Client, resp)
+			watchstream.Ended(wctx, q.Client, resp)
 			break
 		}
 		if resp.Created {

@@ -49,13 +49,32 @@ func Context(ctx context.Context, cli *clientv3.Client) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, key, strconv.FormatInt(gen(cli).Load(), 10))
 }
 
-// Ended takes note of resp, a watch's last response on cli: if etcd
-// refused the watch for its stream's token, later watches go on a new
-// stream.
-func Ended(cli *clientv3.Client, resp clientv3.WatchResponse) {
-	if err := resp.Err(); err != nil && TokenRefusal(err.Error()) {
-		gen(cli).Add(1)
+// Ended takes note of resp, the last response of a watch on cli made with
+// ctx: if etcd refused the watch for its stream's token, later watches go on
+// a new stream. Many watches refused on one stream move them once, when ctx
+// is the one Context returned (or made from it); with another ctx, each
+// refusal moves them.
+func Ended(ctx context.Context, cli *clientv3.Client, resp clientv3.WatchResponse) {
+	if err := resp.Err(); err == nil || !TokenRefusal(err.Error()) {
+		return
 	}
+	g := gen(cli)
+	if on, ok := stream(ctx); ok {
+		g.CompareAndSwap(on, on+1)
+		return
+	}
+	g.Add(1)
+}
+
+// stream returns the generation of the stream Context put ctx on.
+func stream(ctx context.Context) (int64, bool) {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	vs := md.Get(key)
+	if len(vs) == 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(vs[len(vs)-1], 10, 64)
+	return n, err == nil
 }
 
 // TokenRefusal reports whether reason, why etcd cancelled or refused a
