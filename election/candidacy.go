@@ -109,7 +109,7 @@ func (c *candidacy) enqueued(also []*etcdserverpb.ResponseOp, rev int64) {
 func (c *candidacy) firstDone() { c.firstOnce.Do(func() { close(c.first) }) }
 
 // open makes a watch of the records from now on (see watchFromNow).
-func (c *candidacy) open(ctx context.Context) <-chan clientv3.WatchChan {
+func (c *candidacy) open(ctx context.Context) <-chan watchOn {
 	return c.watchFromNow(ctx, c.prefix)
 }
 
@@ -122,27 +122,36 @@ func (c *candidacy) open(ctx context.Context) <-chan clientv3.WatchChan {
 // checks it began in time (arm). The watch fails when its member has no
 // raft leader: a member cut off from the quorum would otherwise keep it
 // open and silent while the session renews through another member.
-func (c *candidacy) watchFromNow(ctx context.Context, prefix string) <-chan clientv3.WatchChan {
-	made := make(chan clientv3.WatchChan, 1)
+func (c *candidacy) watchFromNow(ctx context.Context, prefix string) <-chan watchOn {
+	made := make(chan watchOn, 1)
 	ctx = watchstream.Context(clientv3.WithRequireLeader(ctx), c.link.Client)
-	if !c.link.Go(func() { made <- c.link.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) }) {
+	if !c.link.Go(func() {
+		made <- watchOn{c.link.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()), ctx}
+	}) {
 		closed := make(chan clientv3.WatchResponse)
 		close(closed)
-		made <- closed
+		made <- watchOn{closed, ctx}
 	}
 	return made
 }
 
+// watchOn is a watch and the context it was made with, which tells
+// watchstream.Ended the stream it went on.
+type watchOn struct {
+	wch clientv3.WatchChan
+	ctx context.Context
+}
+
 // arm takes wch's created notice. A watch that began past the last read
 // would miss the records written in between: then it reads again.
-func (c *candidacy) arm(ctx context.Context, wch clientv3.WatchChan) error {
+func (c *candidacy) arm(ctx context.Context, w watchOn) error {
 	select {
-	case resp, ok := <-wch:
+	case resp, ok := <-w.wch:
 		switch {
 		case !ok:
 			return fmt.Errorf("election: watch candidates %q: %w", c.prefix, errWatchBroken)
 		case resp.Err() != nil:
-			watchstream.Ended(ctx, c.link.Client, resp)
+			watchstream.Ended(w.ctx, c.link.Client, resp)
 			return fmt.Errorf("election: watch candidates %q: %w", c.prefix, retry.Typed(resp.Err()))
 		case resp.Header.Revision > c.seen():
 			return c.read(ctx, false)
@@ -293,7 +302,7 @@ func (c *candidacy) read(ctx context.Context, put bool) error {
 // follow applies the records' changes from the watch made yields, making
 // a new one and reading again when it breaks, and writes this replica's
 // record again when the drain changes or someone deleted it, until ctx ends.
-func (c *candidacy) follow(ctx context.Context, made <-chan clientv3.WatchChan, draining <-chan struct{}) {
+func (c *candidacy) follow(ctx context.Context, made <-chan watchOn, draining <-chan struct{}) {
 	defer close(c.done)
 	select {
 	case <-c.first:
@@ -310,12 +319,12 @@ func (c *candidacy) follow(ctx context.Context, made <-chan clientv3.WatchChan, 
 	// range) is refused again.
 	wait := retry.MinBackoff
 	for {
-		wch := <-made // ctx's end ends the wait
-		err := c.arm(ctx, wch)
+		w := <-made // ctx's end ends the wait
+		err := c.arm(ctx, w)
 		if err == nil {
 			wait = retry.MinBackoff
 			draining = c.sync(ctx, draining) // the record, if the first write failed
-			err = c.watch(ctx, wch, draining)
+			err = c.watch(ctx, w, draining)
 		}
 		if ctx.Err() != nil {
 			return
@@ -344,17 +353,17 @@ func (c *candidacy) write(ctx context.Context) {
 	}
 }
 
-// watch applies the records' changes from wch until it breaks or ctx ends.
-func (c *candidacy) watch(ctx context.Context, wch clientv3.WatchChan, draining <-chan struct{}) error {
+// watch applies the records' changes from w until it breaks or ctx ends.
+func (c *candidacy) watch(ctx context.Context, w watchOn, draining <-chan struct{}) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-draining:
 			draining = c.sync(ctx, draining)
-		case resp, ok := <-wch:
+		case resp, ok := <-w.wch:
 			if !ok || resp.Canceled {
-				watchstream.Ended(ctx, c.link.Client, resp)
+				watchstream.Ended(w.ctx, c.link.Client, resp)
 				return errWatchBroken
 			}
 			if err := resp.Err(); err != nil {

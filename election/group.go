@@ -202,12 +202,14 @@ type round struct {
 
 // nameLoop is the goroutine that campaigns for one name and runs its work.
 type nameLoop struct {
-	stop     context.CancelCauseFunc
-	done     chan struct{}
-	stopping bool // stop was called: the name was handed over; set under mu
+	stop context.CancelCauseFunc
+	done chan struct{}
+	// stopping: the name was handed over. Written only by the round's
+	// goroutine, under mu, which the loop's goroutine reads it under.
+	stopping bool
 
 	mu      sync.Mutex
-	after   *nameLoop // while waiting: the loop of the name before this one
+	after   *nameLoop // the loop of the name before this one; nil once entered
 	entered bool      // its wait is over and it was not handed over first
 }
 

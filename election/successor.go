@@ -84,7 +84,7 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 	// A watch created past the read reads again, for the enqueue that may
 	// have landed in between.
 	made := c.watchFromNow(ctx, queue)
-	var wch clientv3.WatchChan
+	var w watchOn
 	var next *mvccpb.KeyValue // right behind t's key, as of readRev and the events since
 	read, readRev := true, int64(0)
 	wait := retry.MinBackoff // doubles while watches fail to arm, as the candidacy's
@@ -112,16 +112,16 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 		}
 		s.set(next != nil && c.isPreferred(next.Lease))
 		select {
-		case wch = <-made:
+		case w = <-made:
 			made = nil
-		case resp, ok := <-wch:
+		case resp, ok := <-w.wch:
 			switch {
 			case ctx.Err() != nil:
 			case !ok || resp.Canceled || resp.Err() != nil:
-				watchstream.Ended(ctx, c.link.Client, resp)
+				watchstream.Ended(w.ctx, c.link.Client, resp)
 				retry.Pause(ctx, wait)
 				wait = min(2*wait, retry.MaxBackoff)
-				wch, made, read = nil, c.watchFromNow(ctx, queue), true
+				w, made, read = watchOn{}, c.watchFromNow(ctx, queue), true
 			case resp.Created:
 				read, wait = resp.Header.Revision > readRev, retry.MinBackoff
 			default:

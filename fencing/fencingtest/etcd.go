@@ -70,7 +70,13 @@ func Three(t TB) *Cluster { return New(t, 3) }
 // stopped by t.Cleanup.
 func New(t TB, n int) *Cluster {
 	t.Helper()
-	c, err := Start(n)
+	return newCluster(t, n, nil, tokens{})
+}
+
+// newCluster is New with certs and auth (see start).
+func newCluster(t TB, n int, certs *Certs, auth tokens) *Cluster {
+	t.Helper()
+	c, err := startOnFreePorts(n, certs, auth)
 	if err != nil {
 		t.Fatalf("fencingtest: %v", err)
 	}

@@ -44,12 +44,7 @@ func SingleTLS(t TB) *Cluster {
 	if err != nil {
 		t.Fatalf("fencingtest: certificates: %v", err)
 	}
-	c, err := startOnFreePorts(1, certs, tokens{})
-	if err != nil {
-		t.Fatalf("fencingtest: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return newCluster(t, 1, certs, tokens{})
 }
 
 // NewCerts writes a fresh CA, server and client certificates into dir.

@@ -108,7 +108,7 @@ type Watcher struct {
 
 	// Served by a Mux: the watch's ID on the stream, the end of its
 	// registration, and the once that closes armed.
-	id         int64
+	id         int64 // under the Mux's mu; Mux.retry gives it a new one
 	unregister func()
 	armOnce    sync.Once
 	refused    int // creates refused or cancelled in a row; under the Mux's mu

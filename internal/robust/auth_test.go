@@ -229,15 +229,16 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 	defer stop0()
 	h1 := fencingtest.Lock(t, s1, "jobs/billing")
 	waiter := make(chan error, 1)
+	m2 := fencingtest.Mutex(t, s2, "jobs/billing")
 	go func() {
-		h, err := fencingtest.Mutex(t, s2, "jobs/billing").Lock(ctx)
+		h, err := m2.Lock(ctx)
 		if err == nil {
 			_, err = guard.Put(ctx, h, "leasehold/data", "from s2")
 		}
 		waiter <- err
 	}()
 	fencingtest.WaitFor(t, fencingtest.Wait, "s2 to queue", func() bool { return len(c.Queue(t, fencing.KindLock, "jobs/billing").Entries) == 2 })
-	e2, _ := election.New(s2, "api")
+	e2 := fencingtest.Election(t, s2, "api")
 	obs := e2.Observe(ctx)
 	if o := <-obs; o.Err != nil || o.Leader != nil {
 		t.Fatalf("first observation: %+v", o)
@@ -275,8 +276,14 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 	}
 	// A semaphore's first waiter watches with clientv3, on s2's stream that
 	// the observer's watch keeps open with the expired token.
-	sem1, _ := fencing.NewSemaphore(s1, "jobs/sem", 1)
-	sem2, _ := fencing.NewSemaphore(s2, "jobs/sem", 1)
+	sem1, err := fencing.NewSemaphore(s1, "jobs/sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem2, err := fencing.NewSemaphore(s2, "jobs/sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p1, err := sem1.Acquire(ctx)
 	if err != nil {
 		t.Fatalf("Acquire after expiry: %v", err)
@@ -307,7 +314,7 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 	// first observer keeps open with the expired token, and be refused for
 	// as long as that one lives (found in an audit: it reported the error
 	// every two seconds and never a state).
-	o2, _ := election.New(s2, "api")
+	o2 := fencingtest.Election(t, s2, "api")
 	select {
 	case o := <-o2.Observe(ctx):
 		if o.Err != nil {
@@ -316,7 +323,7 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 	case <-time.After(fencingtest.Wait):
 		t.Fatal("the observer made after expiry reported nothing")
 	}
-	e1, _ := election.New(s1, "api")
+	e1 := fencingtest.Election(t, s1, "api")
 	if _, err := e1.Campaign(ctx, "s1"); err != nil {
 		t.Fatalf("Campaign after expiry: %v", err)
 	}
@@ -360,11 +367,12 @@ func handOver(t *testing.T, c *fencingtest.Cluster, h *fencing.Hold, waiter *fen
 	t.Helper()
 	ctx := fencingtest.Context(t, time.Minute)
 	name := h.Token().Name
+	m := fencingtest.Mutex(t, waiter, name)
 	done := make(chan error, 1)
 	go func() {
-		h, err := fencingtest.Mutex(t, waiter, name).Lock(ctx)
+		next, err := m.Lock(ctx)
 		if err == nil {
-			err = h.Unlock(ctx)
+			err = next.Unlock(ctx)
 		}
 		done <- err
 	}()

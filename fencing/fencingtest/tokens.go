@@ -33,27 +33,17 @@ func SingleJWT(t TB, ttl time.Duration) *Cluster {
 	if err != nil {
 		t.Fatalf("fencingtest: JWT keys: %v", err)
 	}
-	return startTokens(t, tokens{kind: kind})
+	return newCluster(t, 1, nil, tokens{kind: kind})
 }
 
 // SingleTokenTTL starts a one-member cluster whose simple auth tokens (etcd's
-// default kind) expire once unused for ttl, in whole seconds (etcd's
-// --auth-token-ttl, 300 s by default). A token expires under a stream
-// opened with it while the client's other requests use a newer one. Auth is
-// off until EnableAuth.
+// default kind) expire once unused for ttl, rounded down to whole seconds
+// and at least one (etcd's --auth-token-ttl, 300 s by default). A token
+// expires under a stream opened with it while the client's other requests
+// use a newer one. Auth is off until EnableAuth.
 func SingleTokenTTL(t TB, ttl time.Duration) *Cluster {
 	t.Helper()
-	return startTokens(t, tokens{ttl: uint(max(1, ttl/time.Second))})
-}
-
-func startTokens(t TB, auth tokens) *Cluster {
-	t.Helper()
-	c, err := startOnFreePorts(1, nil, auth)
-	if err != nil {
-		t.Fatalf("fencingtest: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return newCluster(t, 1, nil, tokens{ttl: uint(max(1, ttl/time.Second))})
 }
 
 // jwtKeys writes a new ES256 key pair into dir and returns the --auth-token
