@@ -1,6 +1,7 @@
 package ownwatch
 
 import (
+	"cmp"
 	"context"
 	"reflect"
 	"sync"
@@ -220,7 +221,7 @@ func (m *Mux) route(resp *pb.WatchResponse) (created bool) {
 	w := m.ws[id]
 	created = resp.Created && !resp.Canceled
 	if w != nil && created {
-		w.refused = 0
+		w.retryIn = 0
 	}
 	gen := m.gen
 	m.mu.Unlock()
@@ -270,8 +271,8 @@ func (m *Mux) retry(w *Watcher, gen int, reason string) {
 		return
 	}
 	m.mu.Lock()
-	d := min(retryDelay<<min(w.refused, 8), maxRetryDelay)
-	w.refused++
+	d := cmp.Or(w.retryIn, retryDelay)
+	w.retryIn = min(2*d, maxRetryDelay)
 	m.mu.Unlock()
 	time.AfterFunc(d, func() {
 		m.mu.Lock()

@@ -111,7 +111,7 @@ type Watcher struct {
 	id         int64 // under the Mux's mu; Mux.retry gives it a new one
 	unregister func()
 	armOnce    sync.Once
-	refused    int // creates refused or cancelled in a row; under the Mux's mu
+	retryIn    time.Duration // the pause before the next retry; 0 after a create (under the Mux's mu)
 }
 
 // Start returns at once a watch whose context is cancelled with a cause once

@@ -50,20 +50,16 @@ func Context(ctx context.Context, cli *clientv3.Client) context.Context {
 }
 
 // Ended takes note of resp, the last response of a watch on cli made with
-// ctx: if etcd refused the watch for its stream's token, later watches go on
-// a new stream. Many watches refused on one stream move them once, when ctx
-// is the one Context returned (or made from it); with another ctx, each
-// refusal moves them.
+// ctx, as Context returned it (or made from it): if etcd refused the watch
+// for its stream's token, later watches go on a new stream. Many watches
+// refused on one stream move them once.
 func Ended(ctx context.Context, cli *clientv3.Client, resp clientv3.WatchResponse) {
 	if err := resp.Err(); err == nil || !TokenRefusal(err.Error()) {
 		return
 	}
-	g := gen(cli)
 	if on, ok := stream(ctx); ok {
-		g.CompareAndSwap(on, on+1)
-		return
+		gen(cli).CompareAndSwap(on, on+1)
 	}
-	g.Add(1)
 }
 
 // stream returns the generation of the stream Context put ctx on.
