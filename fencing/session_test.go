@@ -94,13 +94,15 @@ func TestSessionRenews(t *testing.T) {
 // A session renews on one stream, kept open between renewals. When that
 // stream breaks while idle (here its member restarts), the next renewal
 // goes on a new stream at once: no renewal sent after the member is back
-// fails.
+// fails. The TTL outlasts a slow restart on a loaded machine and gRPC's
+// reconnect backoff after it (1 s, growing with each failed dial): with 6 s
+// a session has 3.4 s left at worst, and one ran out once in CI.
 func TestRenewalAfterRestartOpensNewStream(t *testing.T) {
 	c := fencingtest.Single(t)
 	var mu sync.Mutex
 	var back time.Time // when the member was back; zero before
 	var renewed, failed int
-	s := newSession(t, c.Client(t), fencing.WithTTL(6*time.Second), fencing.WithObserver(fencing.Observer{
+	s := newSession(t, c.Client(t), fencing.WithTTL(15*time.Second), fencing.WithObserver(fencing.Observer{
 		OnRenew: func(e fencing.RenewEvent) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -123,6 +125,9 @@ func TestRenewalAfterRestartOpensNewStream(t *testing.T) {
 	back = time.Now()
 	mu.Unlock()
 	fencingtest.WaitFor(t, wait, "two renewals sent after the restart", func() bool {
+		if err := s.Err(); err != nil {
+			t.Fatalf("session ended before two renewals after the restart: %v", err)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		return renewed+failed >= 2
