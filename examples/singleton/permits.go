@@ -22,18 +22,23 @@ const (
 // time, as election.Run runs it under a term: it acquires a permit, runs
 // the command until it exits or the permit is lost, releases, and again
 // after a backoff unless the command succeeded. A limit that disagrees
-// with the other replicas' (fencing.ErrLimitMismatch) ends it: the
-// replicas would enforce two limits.
+// with the keys queued before its first permit (fencing.ErrLimitMismatch)
+// ends it: the replicas would enforce two limits. Once it has held a
+// permit, its limit is the name's, and a key of another limit queued since
+// is the other replica's mistake: it waits for those keys to go (that
+// replica exits, or its operator stops it) rather than exit and leave it
+// the name.
 func (r *runner) permits(ctx context.Context, opts ...fencing.SessionOption) error {
 	wait := backoffMin
+	held := false
 	for {
-		err := r.permit(ctx, opts)
+		err := r.permit(ctx, opts, &held)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err == nil:
 			return nil
-		case errors.Is(err, fencing.ErrLimitMismatch), errors.Is(err, fencing.ErrInvalidArgument):
+		case errors.Is(err, fencing.ErrLimitMismatch) && !held, errors.Is(err, fencing.ErrInvalidArgument):
 			return err
 		}
 		r.log.Warn("holding a permit failed; trying again", "err", err, "in", wait)
@@ -43,8 +48,8 @@ func (r *runner) permits(ctx context.Context, opts ...fencing.SessionOption) err
 }
 
 // permit is one hold: a session of its own (a lost lease ends only this
-// hold), a permit, the command, the release.
-func (r *runner) permit(ctx context.Context, opts []fencing.SessionOption) error {
+// hold), a permit, the command, the release. It sets *held once it holds.
+func (r *runner) permit(ctx context.Context, opts []fencing.SessionOption, held *bool) error {
 	s, err := fencing.NewSession(ctx, r.cli, opts...)
 	if err != nil {
 		return err
@@ -62,6 +67,7 @@ func (r *runner) permit(ctx context.Context, opts []fencing.SessionOption) error
 	if err != nil {
 		return fmt.Errorf("acquire a permit: %w", err)
 	}
+	*held = true
 	r.log.Info("holding a permit", "token", h.Token(), "permits", r.cfg.permits)
 	// The work ends when the permit is lost or singleton is interrupted.
 	wctx, cancel := context.WithCancelCause(h.Context())

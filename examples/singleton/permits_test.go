@@ -55,16 +55,9 @@ func TestPermitsAtMostN(t *testing.T) {
 	waitStarts(t, stamps, 4, time.Minute)
 	paused.Signal(t, syscall.SIGCONT)
 	paused.WaitStderr(t, time.Minute, "releasing the permit")
-	// The paused replica queues again behind the two holders before a
-	// replica of another limit tries: queued after that one's key, it
-	// would meet it ahead and end with ErrLimitMismatch, as fencing.Semaphore
-	// says of a rolling change of limit (seen once in CI: it had exited
-	// when the test sent it SIGTERM).
-	queue, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fencingtest.WaitFor(t, time.Minute, "the paused replica queued again", func() bool { return len(c.Keys(t, queue)) == 3 })
+	// The paused replica may queue again after the key of the replica of
+	// another limit below: it has held a permit, so it waits for that key
+	// to go rather than exit (TestPermitsOtherLimitDoesNotEndAHolder).
 
 	for _, tc := range []struct {
 		args []string
@@ -117,5 +110,41 @@ func TestPermitsAtMostN(t *testing.T) {
 		for i, p := range reps {
 			t.Logf("replica %d:\n%s", i, p.Stderr())
 		}
+	}
+}
+
+// A replica that has held a permit under its limit keeps its place when a
+// replica with another limit gets into the queue ahead of it (here while
+// it was paused past its TTL): it warns and waits for the other's keys to
+// go, rather than exit and leave the name to the misconfigured replica.
+// Only a replica that never held a permit exits on ErrLimitMismatch.
+func TestPermitsOtherLimitDoesNotEndAHolder(t *testing.T) {
+	c := fencingtest.SingleTLS(t)
+	stamps := newStamps(t)
+	queue, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy := permitReplica(t, c, stamps, "1")
+	waitStarts(t, stamps, 1, time.Minute)
+	healthy.Signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { syscall.Kill(healthy.Pid(), syscall.SIGCONT) })
+	fencingtest.WaitFor(t, time.Minute, "the paused holder's key gone with its lease", func() bool { return len(c.Keys(t, queue)) == 0 })
+	other := permitReplica(t, c, stamps, "2")
+	waitStarts(t, stamps, 2, time.Minute)
+	healthy.Signal(t, syscall.SIGCONT)
+	healthy.WaitStderr(t, time.Minute, "limit mismatch")
+	other.Signal(t, syscall.SIGTERM)
+	if code := other.Wait(t, time.Minute); code != 0 {
+		t.Errorf("the other limit's replica: exit status after SIGTERM: %d\n%s", code, other.Stderr())
+	}
+	waitStarts(t, stamps, 3, time.Minute) // the healthy replica holds again
+	healthy.Signal(t, syscall.SIGTERM)
+	if code := healthy.Wait(t, time.Minute); code != 0 {
+		t.Errorf("the healthy replica: exit status after SIGTERM: %d\n%s", code, healthy.Stderr())
+	}
+	noKeysLeft(t, c)
+	if t.Failed() {
+		t.Logf("stamps:\n%s\nhealthy:\n%s\nother:\n%s", mustRead(t, stamps), healthy.Stderr(), other.Stderr())
 	}
 }
