@@ -17,12 +17,13 @@ import (
 // of its own again and again: guarded by leasehold (guard.Put), guarded as
 // concurrency users do (a txn on the mutex's IsOwner compare), and plain
 // Puts from the same clients (etcd's ceiling). Each cell runs for
-// LEASEHOLD_THROUGHPUT_WINDOW (default 2s) after a short warm-up.
+// LEASEHOLD_THROUGHPUT_WINDOW (default 2s) after a short warm-up, on an
+// etcd placed as BenchmarkThroughput's.
 //
 //	go test ./internal/bench -run '^$' -bench GuardedWrites -benchtime 1x
 func BenchmarkGuardedWrites(b *testing.B) {
 	window := throughputWindow(b)
-	c := cluster(b)
+	c := server(b)
 	for _, owners := range []int{1, 16, 64} {
 		for _, impl := range []string{"put", "guarded", "concurrency-guarded"} {
 			b.Run(fmt.Sprintf("owners=%d/%s", owners, impl), func(b *testing.B) {
@@ -44,7 +45,7 @@ func BenchmarkGuardedWrites(b *testing.B) {
 //	go test ./internal/bench -run '^$' -bench GuardedWritesAlternating -benchtime 1x
 func BenchmarkGuardedWritesAlternating(b *testing.B) {
 	window, rounds := throughputWindow(b), throughputRounds(b)
-	c := cluster(b)
+	c := server(b)
 	sides := []string{"put", "guarded", "concurrency-guarded"}
 	for _, owners := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {

@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	fencingtest.RegisterHelper("hold", holdHelper)
 	fencingtest.RegisterHelper("group", groupHelper)
 	fencingtest.RegisterHelper("cost", costHelper)
+	fencingtest.RegisterHelper("etcd", etcdHelper)
 	fencingtest.Main(m)
 }
 
@@ -264,11 +265,59 @@ func (l *latencies) at(p float64) float64 {
 // would otherwise count against whichever implementation runs first.
 func cluster(b *testing.B) *fencingtest.Cluster {
 	c := fencingtest.Single(b)
+	warmUp(b, c.Admin)
+	return c
+}
+
+func warmUp(b *testing.B, cli *clientv3.Client) {
 	ctx := context.Background()
 	for i := range 1000 {
-		if _, err := c.Admin.Put(ctx, "warmup", fmt.Sprint(i)); err != nil {
+		if _, err := cli.Put(ctx, "warmup", fmt.Sprint(i)); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return c
+}
+
+// clients makes the clients of a benchmark's etcd: a *fencingtest.Cluster
+// in this process, or an etcd of its own process (separate).
+type clients interface {
+	Client(t fencingtest.TB, opts ...fencingtest.ClientOption) *clientv3.Client
+}
+
+// separate is an etcd in a process of its own, started by etcdHelper.
+type separate struct{ endpoints []string }
+
+func (s separate) Client(t fencingtest.TB, opts ...fencingtest.ClientOption) *clientv3.Client {
+	return fencingtest.NewClient(t, s.endpoints, opts...)
+}
+
+// server starts the etcd of a throughput benchmark and warms it up: in this
+// process, or with LEASEHOLD_BENCH_SERVER=process in a process of its own,
+// as etcd runs in production. An embedded server shares the clients' Go
+// runtime (its collector, its scheduler), so every client allocation and
+// wake-up slows the server too.
+func server(b *testing.B) clients {
+	switch mode := os.Getenv("LEASEHOLD_BENCH_SERVER"); mode {
+	case "":
+		return cluster(b)
+	case "process":
+		p := fencingtest.StartHelper(b, "etcd")
+		s := separate{endpoints: []string{p.Expect(b, time.Minute, "endpoint")}}
+		warmUp(b, s.Client(b))
+		return s
+	default:
+		b.Fatalf("LEASEHOLD_BENCH_SERVER=%q: want unset or process", mode)
+		return nil
+	}
+}
+
+// etcdHelper runs a single-member etcd, prints "endpoint <url>", and stops
+// it once its stdin closes or it is killed.
+func etcdHelper([]string) int {
+	var s fencingtest.Standalone
+	defer s.Close()
+	c := fencingtest.Single(&s)
+	fmt.Println("endpoint", c.Endpoints()[0])
+	io.Copy(io.Discard, os.Stdin)
+	return 0
 }

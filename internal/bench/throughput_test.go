@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -23,12 +24,14 @@ import (
 // sessions they contend), for leasehold and concurrency, and etcd's own
 // limit from the same clients: Put+Delete pairs of one key per worker, the
 // two writes a cycle needs at least. Each cell runs for
-// LEASEHOLD_THROUGHPUT_WINDOW (default 2s) after a short warm-up.
+// LEASEHOLD_THROUGHPUT_WINDOW (default 2s) after a short warm-up. The
+// etcd is embedded, or with LEASEHOLD_BENCH_SERVER=process in a process of
+// its own (see server).
 //
 //	go test ./internal/bench -run '^$' -bench Throughput -benchtime 1x
 func BenchmarkThroughput(b *testing.B) {
 	window := throughputWindow(b)
-	c := cluster(b)
+	c := server(b)
 	for _, names := range []int{1, 100, 10000} {
 		for _, sessions := range []int{1, 16, 64} {
 			for _, impl := range []string{"ceiling", "leasehold", "concurrency"} {
@@ -48,15 +51,15 @@ func BenchmarkThroughput(b *testing.B) {
 // sides taking turns: each cell makes its workers once, then runs
 // LEASEHOLD_THROUGHPUT_ROUNDS rounds (default 6) of one window per side, the
 // order rotating from round to round, so drift in the machine's load falls
-// on all three alike. It reports each side's median rate and, from the
-// rounds, the median and lowest of leasehold's rate over concurrency's
-// (ratio-median, ratio-min) and of leasehold's over the ceiling.
+// on all three alike. It reports what takeTurns does: each side's median
+// rate and, from the rounds, leasehold's rate over concurrency's (median,
+// lowest, geometric mean with its 95% interval) and over the ceiling.
 //
 //	go test ./internal/bench -run '^$' -bench ThroughputAlternating -benchtime 1x
 func BenchmarkThroughputAlternating(b *testing.B) {
 	window := throughputWindow(b)
 	rounds := throughputRounds(b)
-	c := cluster(b)
+	c := server(b)
 	sides := []string{"ceiling", "leasehold", "concurrency"}
 	for _, names := range []int{1, 100, 10000} {
 		for _, sessions := range []int{1, 16, 64} {
@@ -76,8 +79,10 @@ func BenchmarkThroughputAlternating(b *testing.B) {
 // takeTurns runs rounds of one window per pool, the order rotating from
 // round to round, and reports each side's median rate (side-unit) and, from
 // the rounds, the median and lowest of the second side's rate over the
-// third's (ratio-median, ratio-min) and the median of the second's over the
-// first's (ceiling-ratio-median): sides are ceiling, leasehold, its rival.
+// third's (ratio-median, ratio-min), their geometric mean with its 95%
+// interval (ratio-geomean, ratio-lo95, ratio-hi95: an interval that holds
+// 1 finds no difference), and the median of the second's over the first's
+// (ceiling-ratio-median): sides are ceiling, leasehold, its rival.
 func takeTurns(b *testing.B, sides []string, pools []*pool, rounds int, window time.Duration, unit string) {
 	for range b.N {
 		rates := make([][]float64, len(sides))
@@ -93,6 +98,10 @@ func takeTurns(b *testing.B, sides []string, pools []*pool, rounds int, window t
 		vsRival, vsCeiling := ratios(rates[1], rates[2]), ratios(rates[1], rates[0])
 		b.ReportMetric(median(vsRival), "ratio-median")
 		b.ReportMetric(slices.Min(vsRival), "ratio-min")
+		mean, lo, hi := geomean(vsRival)
+		b.ReportMetric(mean, "ratio-geomean")
+		b.ReportMetric(lo, "ratio-lo95")
+		b.ReportMetric(hi, "ratio-hi95")
 		b.ReportMetric(median(vsCeiling), "ceiling-ratio-median")
 	}
 }
@@ -117,6 +126,28 @@ func ratios(a, b []float64) []float64 {
 		r[i] = a[i] / b[i]
 	}
 	return r
+}
+
+// geomean is the geometric mean of ratios xs, with its 95% interval: the
+// mean of their logarithms plus or minus two standard errors (the rounds
+// taken as independent; with one round, the interval is the mean).
+func geomean(xs []float64) (mean, lo, hi float64) {
+	logs := make([]float64, len(xs))
+	var sum float64
+	for i, x := range xs {
+		logs[i] = math.Log(x)
+		sum += logs[i]
+	}
+	m := sum / float64(len(xs))
+	if len(xs) < 2 {
+		return math.Exp(m), math.Exp(m), math.Exp(m)
+	}
+	var ss float64
+	for _, l := range logs {
+		ss += (l - m) * (l - m)
+	}
+	se := math.Sqrt(ss/float64(len(xs)-1)) / math.Sqrt(float64(len(xs)))
+	return math.Exp(m), math.Exp(m - 2*se), math.Exp(m + 2*se)
 }
 
 // median is the middle of xs (the mean of the two middles for an even count).
@@ -148,7 +179,7 @@ func throughputWindow(b *testing.B) time.Duration {
 // rate runs sessions workers made by worker (spread over up to 8 clients)
 // for window, after a warm-up, and returns their aggregate cycles per
 // second; worker i cycles over names i, i+sessions, … of names.
-func rate(b *testing.B, c *fencingtest.Cluster, names, sessions int, window time.Duration,
+func rate(b *testing.B, c clients, names, sessions int, window time.Duration,
 	worker func(cli *clientv3.Client, run string, i int) cycler) float64 {
 	return newPool(b, c, names, sessions, worker).rate(b, window)
 }
@@ -161,7 +192,7 @@ type pool struct {
 	workers []cycler
 }
 
-func newPool(b *testing.B, c *fencingtest.Cluster, names, sessions int,
+func newPool(b *testing.B, c clients, names, sessions int,
 	worker func(cli *clientv3.Client, run string, i int) cycler) *pool {
 	clis := make([]*clientv3.Client, min(sessions, 8))
 	for i := range clis {
