@@ -38,13 +38,13 @@
 // permit (leasehold/NAME#singleton/0 to /N-1; a new holder starts only
 // once it has claimed one, so N records bound the commands whatever
 // happened to the runners). Every replica of a name must give the same
-// --permits: a replica with another N than the keys queued before its
-// first permit exits 1 (fencing.ErrLimitMismatch) rather than enforce
-// another limit, and one started with --permits while others run NAME
+// --permits: a replica that meets another N before its first permit
+// exits 1 (fencing.ErrLimitMismatch) rather than enforce another limit, and one started with --permits while others run NAME
 // without it (or the reverse) exits 1 too. A replica that has held a
-// permit does not exit for another N queued since: it warns and waits for
-// those keys to go. To change N, stop every replica of the name, then start
-// them with the new N.
+// permit keeps trying, with warnings, for up to three TTLs of meeting
+// another N (the replica of the other N most likely exits or is stopped
+// first), then exits 1 as well. To change N, stop every replica of the
+// name, then start them with the new N.
 //
 // # The guarantee: at most one copy of the command, anywhere, at any moment
 //

@@ -22,23 +22,33 @@ const (
 // time, as election.Run runs it under a term: it acquires a permit, runs
 // the command until it exits or the permit is lost, releases, and again
 // after a backoff unless the command succeeded. A limit that disagrees
-// with the keys queued before its first permit (fencing.ErrLimitMismatch)
-// ends it: the replicas would enforce two limits. Once it has held a
-// permit, its limit is the name's, and a key of another limit queued since
-// is the other replica's mistake: it waits for those keys to go (that
-// replica exits, or its operator stops it) rather than exit and leave it
-// the name.
+// with the keys queued (fencing.ErrLimitMismatch) ends it before its first
+// permit: the replicas would enforce two limits. After one, it keeps trying
+// for mismatchGrace TTLs before it ends: a replica of another limit that
+// slipped in (while this one was paused past its TTL, say) is most likely
+// the mistake, and exits on its own first acquire or is stopped; a healthy
+// replica should not exit because of it. A mismatch that outlasts that
+// grace (a change of limit, this replica left behind) ends it too.
 func (r *runner) permits(ctx context.Context, opts ...fencing.SessionOption) error {
 	wait := backoffMin
 	held := false
+	var mismatched time.Time // since when every try met another limit; zero when the last did not
 	for {
-		err := r.permit(ctx, opts, &held)
+		got, err := r.permit(ctx, opts)
+		held = held || got
+		if !errors.Is(err, fencing.ErrLimitMismatch) {
+			mismatched = time.Time{}
+		} else if mismatched.IsZero() {
+			mismatched = time.Now()
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err == nil:
 			return nil
-		case errors.Is(err, fencing.ErrLimitMismatch) && !held, errors.Is(err, fencing.ErrInvalidArgument):
+		case errors.Is(err, fencing.ErrInvalidArgument):
+			return err
+		case !mismatched.IsZero() && (!held || time.Since(mismatched) > mismatchGrace*r.cfg.ttl):
 			return err
 		}
 		r.log.Warn("holding a permit failed; trying again", "err", err, "in", wait)
@@ -47,12 +57,17 @@ func (r *runner) permits(ctx context.Context, opts ...fencing.SessionOption) err
 	}
 }
 
+// mismatchGrace is how many TTLs a replica that has held a permit keeps
+// trying while every try meets another limit.
+const mismatchGrace = 3
+
 // permit is one hold: a session of its own (a lost lease ends only this
-// hold), a permit, the command, the release. It sets *held once it holds.
-func (r *runner) permit(ctx context.Context, opts []fencing.SessionOption, held *bool) error {
+// hold), a permit, the command, the release. It reports whether it held
+// the permit.
+func (r *runner) permit(ctx context.Context, opts []fencing.SessionOption) (held bool, _ error) {
 	s, err := fencing.NewSession(ctx, r.cli, opts...)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.TTL())
@@ -61,13 +76,12 @@ func (r *runner) permit(ctx context.Context, opts []fencing.SessionOption, held 
 	}()
 	sem, err := fencing.NewSemaphore(s, r.cfg.name, r.cfg.permits)
 	if err != nil {
-		return err
+		return false, err
 	}
 	h, err := sem.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquire a permit: %w", err)
+		return false, fmt.Errorf("acquire a permit: %w", err)
 	}
-	*held = true
 	r.log.Info("holding a permit", "token", h.Token(), "permits", r.cfg.permits)
 	// The work ends when the permit is lost or singleton is interrupted.
 	wctx, cancel := context.WithCancelCause(h.Context())
@@ -80,7 +94,7 @@ func (r *runner) permit(ctx context.Context, opts []fencing.SessionOption, held 
 	if uerr := h.Unlock(uctx); uerr != nil && !errors.Is(uerr, fencing.ErrNotHeld) {
 		r.log.Warn("could not release the permit; its lease ends it", "err", uerr)
 	}
-	return err
+	return true, err
 }
 
 // sameMode refuses to start beside replicas of NAME that run it the other

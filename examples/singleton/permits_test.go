@@ -113,11 +113,11 @@ func TestPermitsAtMostN(t *testing.T) {
 	}
 }
 
-// A replica that has held a permit under its limit keeps its place when a
-// replica with another limit gets into the queue ahead of it (here while
-// it was paused past its TTL): it warns and waits for the other's keys to
-// go, rather than exit and leave the name to the misconfigured replica.
-// Only a replica that never held a permit exits on ErrLimitMismatch.
+// A replica that has held a permit under its limit keeps trying when a
+// replica with another limit gets into the queue (here while it was paused
+// past its TTL): it holds again once that replica is gone, rather than exit
+// and leave it the name. A mismatch that outlasts three TTLs ends it with
+// status 1, as one on a first acquire does at once.
 func TestPermitsOtherLimitDoesNotEndAHolder(t *testing.T) {
 	c := fencingtest.SingleTLS(t)
 	stamps := newStamps(t)
@@ -127,24 +127,51 @@ func TestPermitsOtherLimitDoesNotEndAHolder(t *testing.T) {
 	}
 	healthy := permitReplica(t, c, stamps, "1")
 	waitStarts(t, stamps, 1, time.Minute)
-	healthy.Signal(t, syscall.SIGSTOP)
 	t.Cleanup(func() { syscall.Kill(healthy.Pid(), syscall.SIGCONT) })
-	fencingtest.WaitFor(t, time.Minute, "the paused holder's key gone with its lease", func() bool { return len(c.Keys(t, queue)) == 0 })
-	other := permitReplica(t, c, stamps, "2")
-	waitStarts(t, stamps, 2, time.Minute)
-	healthy.Signal(t, syscall.SIGCONT)
-	healthy.WaitStderr(t, time.Minute, "limit mismatch")
-	other.Signal(t, syscall.SIGTERM)
-	if code := other.Wait(t, time.Minute); code != 0 {
-		t.Errorf("the other limit's replica: exit status after SIGTERM: %d\n%s", code, other.Stderr())
+	// slipIn pauses the healthy replica past its TTL, starts a replica of
+	// limit 2 in its place, and resumes it: it meets the other limit.
+	slipIn := func(starts int) *progtest.Prog {
+		healthy.Signal(t, syscall.SIGSTOP)
+		fencingtest.WaitFor(t, time.Minute, "the paused holder's key gone with its lease", func() bool { return len(c.Keys(t, queue)) == 0 })
+		other := permitReplica(t, c, stamps, "2")
+		waitStarts(t, stamps, starts, time.Minute)
+		healthy.Signal(t, syscall.SIGCONT)
+		healthy.WaitStderr(t, time.Minute, "limit mismatch")
+		return other
 	}
+	stop := func(p *progtest.Prog, name string) {
+		p.Signal(t, syscall.SIGTERM)
+		if code := p.Wait(t, time.Minute); code != 0 {
+			t.Errorf("%s: exit status after SIGTERM: %d\n%s", name, code, p.Stderr())
+		}
+	}
+
+	other := slipIn(2)
+	stop(other, "the other limit's replica")
 	waitStarts(t, stamps, 3, time.Minute) // the healthy replica holds again
-	healthy.Signal(t, syscall.SIGTERM)
-	if code := healthy.Wait(t, time.Minute); code != 0 {
-		t.Errorf("the healthy replica: exit status after SIGTERM: %d\n%s", code, healthy.Stderr())
+	if healthy.Exited() {
+		t.Fatalf("the healthy replica exited:\n%s", healthy.Stderr())
+	}
+
+	other = slipIn(4)
+	if code := healthy.Wait(t, time.Minute); code != 1 || !strings.Contains(healthy.Stderr(), "limit mismatch") {
+		t.Errorf("a mismatch lasting beyond three TTLs: exit %d (want 1, for the limit mismatch)\n%s", code, healthy.Stderr())
+	}
+	stop(other, "the second replica of the other limit")
+
+	ss := readStamps(t, stamps)
+	for _, s := range ss {
+		if s.kind == "overlap" {
+			t.Errorf("command %d started while %s groups of earlier holds were alive", s.pgid, s.key)
+		}
+	}
+	for _, s := range starts(ss) {
+		if groupAlive(s.pgid) {
+			t.Errorf("process group %d outlived its singleton", s.pgid)
+		}
 	}
 	noKeysLeft(t, c)
 	if t.Failed() {
-		t.Logf("stamps:\n%s\nhealthy:\n%s\nother:\n%s", mustRead(t, stamps), healthy.Stderr(), other.Stderr())
+		t.Logf("stamps:\n%s\nhealthy:\n%s", mustRead(t, stamps), healthy.Stderr())
 	}
 }

@@ -292,16 +292,24 @@ func (s separate) Client(t fencingtest.TB, opts ...fencingtest.ClientOption) *cl
 }
 
 // server starts the etcd of a throughput benchmark and warms it up: in this
-// process, or with LEASEHOLD_BENCH_SERVER=process in a process of its own,
-// as etcd runs in production. An embedded server shares the clients' Go
-// runtime (its collector, its scheduler), so every client allocation and
-// wake-up slows the server too.
+// process, or with LEASEHOLD_BENCH_SERVER=process in a process of its own
+// (still the kit's etcd, fsync off), as etcd and its clients are apart in
+// production. An embedded server shares the clients' Go runtime (its
+// collector, its scheduler), so every client allocation and wake-up slows
+// the server too.
 func server(b *testing.B) clients {
 	switch mode := os.Getenv("LEASEHOLD_BENCH_SERVER"); mode {
 	case "":
 		return cluster(b)
 	case "process":
 		p := fencingtest.StartHelper(b, "etcd")
+		b.Cleanup(func() { // before StartHelper's kill: the helper removes its data dir
+			p.Close()
+			select {
+			case <-p.Exited():
+			case <-time.After(time.Minute):
+			}
+		})
 		s := separate{endpoints: []string{p.Expect(b, time.Minute, "endpoint")}}
 		warmUp(b, s.Client(b))
 		return s
@@ -311,8 +319,8 @@ func server(b *testing.B) clients {
 	}
 }
 
-// etcdHelper runs a single-member etcd, prints "endpoint <url>", and stops
-// it once its stdin closes or it is killed.
+// etcdHelper runs a single-member etcd, prints "endpoint <url>", and once
+// its stdin closes stops it and removes its data.
 func etcdHelper([]string) int {
 	var s fencingtest.Standalone
 	defer s.Close()

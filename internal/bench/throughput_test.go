@@ -129,8 +129,9 @@ func ratios(a, b []float64) []float64 {
 }
 
 // geomean is the geometric mean of ratios xs, with its 95% interval: the
-// mean of their logarithms plus or minus two standard errors (the rounds
-// taken as independent; with one round, the interval is the mean).
+// mean of their logarithms plus or minus Student's t for len(xs)-1 degrees
+// of freedom times its standard error (the rounds taken as independent;
+// with one round, the interval is the mean).
 func geomean(xs []float64) (mean, lo, hi float64) {
 	logs := make([]float64, len(xs))
 	var sum float64
@@ -146,8 +147,20 @@ func geomean(xs []float64) (mean, lo, hi float64) {
 	for _, l := range logs {
 		ss += (l - m) * (l - m)
 	}
-	se := math.Sqrt(ss/float64(len(xs)-1)) / math.Sqrt(float64(len(xs)))
-	return math.Exp(m), math.Exp(m - 2*se), math.Exp(m + 2*se)
+	h := t975(len(xs)-1) * math.Sqrt(ss/float64(len(xs)-1)/float64(len(xs)))
+	return math.Exp(m), math.Exp(m - h), math.Exp(m + h)
+}
+
+// t975 is the 97.5th percentile of Student's t with df degrees of freedom
+// (df ≥ 1); past 30, 2.0 (1.96 in the limit).
+func t975(df int) float64 {
+	table := []float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+		2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+		2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
+	if df <= len(table) {
+		return table[df-1]
+	}
+	return 2.0
 }
 
 // median is the middle of xs (the mean of the two middles for an even count).
