@@ -33,6 +33,24 @@ func permitReplica(t *testing.T, c *fencingtest.Cluster, stamps, permits string)
 	return progtest.Start(t, []string{"STAMPS=" + stamps, "PERMITS=" + permits}, args...)
 }
 
+// checkPermitStamps fails t if a command started while PERMITS groups of
+// earlier holds were alive, or if a command's process group outlived its
+// singleton.
+func checkPermitStamps(t *testing.T, stamps string) {
+	t.Helper()
+	ss := readStamps(t, stamps)
+	for _, s := range ss {
+		if s.kind == "overlap" {
+			t.Errorf("command %d started while %s groups of earlier holds were alive", s.pgid, s.key)
+		}
+	}
+	for _, s := range starts(ss) {
+		if groupAlive(s.pgid) {
+			t.Errorf("process group %d outlived its singleton", s.pgid)
+		}
+	}
+}
+
 // Four replicas, two permits: two commands run; a holder killed and a
 // holder paused past its TTL each let one waiter in, never a third
 // command while two groups live; a replica with another limit, or one
@@ -86,17 +104,7 @@ func TestPermitsAtMostN(t *testing.T) {
 			t.Errorf("exit status after SIGTERM: %d\n%s", code, p.Stderr())
 		}
 	}
-	ss := readStamps(t, stamps)
-	for _, s := range ss {
-		if s.kind == "overlap" {
-			t.Errorf("command %d started while %s groups of earlier holds were alive", s.pgid, s.key)
-		}
-	}
-	for _, s := range starts(ss) {
-		if groupAlive(s.pgid) {
-			t.Errorf("process group %d outlived its singleton", s.pgid)
-		}
-	}
+	checkPermitStamps(t, stamps)
 	noKeysLeft(t, c)
 	var stderrs strings.Builder
 	for _, p := range reps {
@@ -159,17 +167,7 @@ func TestPermitsOtherLimitDoesNotEndAHolder(t *testing.T) {
 	}
 	stop(other, "the second replica of the other limit")
 
-	ss := readStamps(t, stamps)
-	for _, s := range ss {
-		if s.kind == "overlap" {
-			t.Errorf("command %d started while %s groups of earlier holds were alive", s.pgid, s.key)
-		}
-	}
-	for _, s := range starts(ss) {
-		if groupAlive(s.pgid) {
-			t.Errorf("process group %d outlived its singleton", s.pgid)
-		}
-	}
+	checkPermitStamps(t, stamps)
 	noKeysLeft(t, c)
 	if t.Failed() {
 		t.Logf("stamps:\n%s\nhealthy:\n%s", mustRead(t, stamps), healthy.Stderr())
