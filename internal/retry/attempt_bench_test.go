@@ -8,12 +8,15 @@ import (
 // BenchmarkAttempt is the bound's own cost on an answered request, beside
 // the request sent bare: send stands in for a gRPC call, which makes a
 // child context and reads its Done. "bounded" is the bound of a Lock's
-// enqueue and an Unlock's delete (life is the session's or the client's);
-// "bounded-own-life" a wait's read, whose life is its ctx. ctx is
-// Background: a caller's cancelable ctx costs a registration more.
+// enqueue under Background and of an Unlock's delete (a ctx that never
+// ends; life is the session's or the client's): a view of ctx joining a
+// shared bound. "bounded-caller-ctx" is a Lock's enqueue under a caller's
+// cancelable ctx; "bounded-own-life" a wait's read, whose life is its ctx.
 func BenchmarkAttempt(b *testing.B) {
 	life, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	caller, cancelCaller := context.WithCancel(context.Background())
+	defer cancelCaller()
 	send := func(ctx context.Context) error {
 		c, cancel := context.WithCancel(ctx)
 		_ = c.Done()
@@ -26,6 +29,7 @@ func BenchmarkAttempt(b *testing.B) {
 	}{
 		{"bare", func(*Latency) error { return send(context.Background()) }},
 		{"bounded", func(lat *Latency) error { return Attempt(context.Background(), life, lat, 0, send) }},
+		{"bounded-caller-ctx", func(lat *Latency) error { return Attempt(caller, life, lat, 0, send) }},
 		{"bounded-own-life", func(lat *Latency) error { return Attempt(life, life, lat, 0, send) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -8,8 +8,12 @@ import (
 // Latency is a smoothed estimate of how long a request to etcd takes, fed
 // by a session's keepalives and by the library's own requests, to bound each
 // attempt of a retried one. The zero value is ready; a nil *Latency
-// estimates zero.
-type Latency struct{ ns atomic.Int64 }
+// estimates zero. It also keeps the bounds that attempts of one session
+// share (see shared).
+type Latency struct {
+	ns     atomic.Int64
+	shared [3]atomic.Pointer[shared]
+}
 
 // Observe folds one measured request time in, with weight 1/8 (as TCP
 // smooths its round-trip time).

@@ -127,20 +127,14 @@ func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(cont
 }
 
 // Attempt runs send with a ctx cancelled after Timeout(lat, n), or once
-// life ends, and feeds the time of an answered attempt to lat. An attempt
-// cut short by its own time returns an error wrapping ErrNoAnswer.
+// life ends, and feeds the time of an answered attempt to lat. A first
+// attempt may get up to an eighth more than its Timeout: the first attempts
+// of one life that start close together share their bound (see shared). An
+// attempt cut short by its own time returns an error wrapping ErrNoAnswer.
 func Attempt(ctx, life context.Context, lat *Latency, n int, send func(context.Context) error) error {
-	// A timer that cancels, not a deadline: a deadline travels with the
-	// request (grpc-timeout) and costs both ends a timer per request.
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if life != ctx {
-		defer context.AfterFunc(life, cancel)()
-	}
-	d := Timeout(lat, n)
-	t := time.AfterFunc(d, cancel)
-	defer t.Stop()
 	start := time.Now()
+	actx, d, b := bound(ctx, life, lat, n, start)
+	defer b.free()
 	err := send(actx)
 	switch {
 	case err == nil:

@@ -1,0 +1,139 @@
+package retry
+
+import (
+	"context"
+	"time"
+)
+
+// shareDiv sets how long a shared bound takes new attempts: for the first
+// eighth of its Timeout. An attempt that joins one gets up to an eighth
+// more than its Timeout, never less.
+const shareDiv = 8
+
+// shared is the bound of the first attempts of one life that start within
+// an eighth of their Timeout of each other: a context that ends at their
+// common deadline, or when the life does. Made once for all of them, it
+// spares each attempt a cancelable context, a hook on the life and a timer
+// of its own: on a busy session most of the bound's cost (BenchmarkAttempt).
+type shared struct {
+	life context.Context // nil: an attempt whose life is its ctx
+	open time.Time       // attempts that start before open join it
+	end  time.Time
+	ctx  context.Context // ends at end, or with life; no values but its own
+}
+
+// newShared starts the bound of first attempts of life from now on, whose
+// Timeout is d. What it holds goes at end.
+func newShared(life context.Context, d time.Duration, now time.Time) *shared {
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := func() bool { return false }
+	if life != nil {
+		stop = context.AfterFunc(life, cancel)
+	}
+	total := d + d/shareDiv
+	time.AfterFunc(total, func() { stop(); cancel() })
+	return &shared{life: life, open: now.Add(d / shareDiv), end: now.Add(total), ctx: ctx}
+}
+
+// sharedFor returns a bound that an attempt of life starting at now may
+// join, making one if none is open. A session's attempts have three lives
+// (the session's, the client's, none), each kept in a slot of its own; a
+// bound made when every slot is taken by another life is used once.
+func (l *Latency) sharedFor(life context.Context, now time.Time) *shared {
+	free := -1
+	for i := range l.shared {
+		switch b := l.shared[i].Load(); {
+		case b == nil:
+			free = i
+		case b.life != life:
+			if !now.Before(b.end) {
+				free = i // over: its life may take a slot again
+			}
+		case now.Before(b.open):
+			return b
+		default:
+			free = i
+		}
+	}
+	b := newShared(life, Timeout(l, 0), now)
+	if free >= 0 {
+		l.shared[free].Store(b) // racing makers: each uses its own, the last stays
+	}
+	return b
+}
+
+// bound returns ctx bounded for attempt n of life, started at now: a
+// context with ctx's values that ends when ctx or life ends or its time is
+// up, the time it gets, and what frees it. A first attempt joins a shared
+// bound (see shared): at its cheapest, under a ctx that never ends, it is a
+// view of ctx that ends with the shared bound.
+func bound(ctx, life context.Context, lat *Latency, n int, now time.Time) (context.Context, time.Duration, bounded) {
+	if life == ctx || life.Done() == nil {
+		life = nil // ending with ctx is enough
+	}
+	// Under a ctx that ends, the attempt needs a cancelable context of its
+	// own: a shared bound then saves only a life's hook and a timer for a
+	// hook on the bound, no gain without a life.
+	if n == 0 && lat != nil && (ctx.Done() == nil || life != nil) {
+		b := lat.sharedFor(life, now)
+		if ctx.Done() == nil {
+			return endsWith{ctx, b.ctx}, b.end.Sub(now), bounded{}
+		}
+		actx, cancel := context.WithCancel(ctx)
+		return actx, b.end.Sub(now), bounded{cancel: cancel, stop: context.AfterFunc(b.ctx, cancel)}
+	}
+	// A timer that cancels, not a deadline: a deadline travels with the
+	// request (grpc-timeout) and costs both ends a timer per request.
+	d := Timeout(lat, n)
+	actx, cancel := context.WithCancel(ctx)
+	r := bounded{cancel: cancel, timer: time.AfterFunc(d, cancel)}
+	if life != nil {
+		r.stop = context.AfterFunc(life, cancel)
+	}
+	return actx, d, r
+}
+
+// bounded is what an attempt's bound holds until the attempt returns: a
+// plain value, as a closure would cost each attempt an allocation.
+type bounded struct {
+	cancel context.CancelFunc
+	stop   func() bool
+	timer  *time.Timer
+}
+
+func (r bounded) free() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	if r.stop != nil {
+		r.stop()
+	}
+	if r.cancel != nil {
+		r.cancel()
+	}
+}
+
+// endsWith is a context with the values (and no deadline) of one that
+// never ends, which ends when end does.
+type endsWith struct {
+	context.Context
+	end context.Context
+}
+
+func (c endsWith) Done() <-chan struct{} { return c.end.Done() }
+
+func (c endsWith) Err() error { return c.end.Err() }
+
+// Value looks in the view's context, then in end, which has no values but
+// its own cancelable context: found there, a context made from the view (as
+// gRPC makes one per request) registers with end, as with any cancelable
+// parent, instead of a goroutine that waits for it.
+func (c endsWith) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.end.Value(key)
+}
+
+// AfterFunc runs f once the view ends (context.AfterFunc).
+func (c endsWith) AfterFunc(f func()) func() bool { return context.AfterFunc(c.end, f) }
