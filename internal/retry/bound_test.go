@@ -37,15 +37,26 @@ func shapes() []struct {
 
 type keyT struct{}
 
-// An attempt that gets no answer ends with ErrNoAnswer, never before its
-// Timeout, whether it joined a shared bound or has its own; its request
-// sees the caller's values, and no deadline travels with it.
+// An attempt that gets no answer ends with ErrNoAnswer, whether it joined a
+// shared bound or has its own: not before its Timeout when it is alone,
+// and never more than an eighth before when it shares. Its request sees the
+// caller's values, and no deadline travels with it.
 func TestAttemptBoundEndsUnansweredAttempt(t *testing.T) {
 	for _, c := range shapes() {
 		t.Run(c.name, func(t *testing.T) {
 			lat := new(Latency)
 			start := time.Now()
+			second := make(chan time.Duration, 1)
 			err := Attempt(c.ctx, c.life, lat, c.n, func(ctx context.Context) error {
+				// A second attempt, started while this one is out, may share its bound.
+				go func() {
+					start := time.Now()
+					Attempt(c.ctx, c.life, lat, c.n, func(ctx context.Context) error {
+						<-ctx.Done()
+						return ctx.Err()
+					})
+					second <- time.Since(start)
+				}()
 				if v := ctx.Value(keyT{}); v != "v" {
 					t.Errorf("request's ctx value = %v; want the caller's", v)
 				}
@@ -60,6 +71,9 @@ func TestAttemptBoundEndsUnansweredAttempt(t *testing.T) {
 			}
 			if took, min := time.Since(start), Timeout(lat, c.n); took < min {
 				t.Fatalf("unanswered attempt ended after %v; its Timeout is %v", took, min)
+			}
+			if took, d := <-second, Timeout(lat, c.n); took < d-d/shareDiv {
+				t.Fatalf("a second unanswered attempt ended after %v; its Timeout is %v", took, d)
 			}
 		})
 	}

@@ -26,7 +26,8 @@ const (
 )
 
 // AttemptFloor is the least time the first attempt of a retried request
-// gets; more when requests are slow (see Timeout). A write that reaches a
+// gets (an eighth less when it shares the bound of one that started just
+// before: see shared); more when requests are slow (see Timeout). A write that reaches a
 // leader as it hands leadership over is dropped without an answer, and etcd
 // gives up on it only at its request timeout (7 s by default): a new
 // attempt reaches the new leader at once.
@@ -128,7 +129,7 @@ func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(cont
 
 // Attempt runs send with a ctx cancelled after Timeout(lat, n), or once
 // life ends, and feeds the time of an answered attempt to lat. A first
-// attempt may get up to an eighth more than its Timeout: the first attempts
+// attempt may get up to an eighth less than its Timeout: the first attempts
 // of one life that start close together share their bound (see shared). An
 // attempt cut short by its own time returns an error wrapping ErrNoAnswer.
 func Attempt(ctx, life context.Context, lat *Latency, n int, send func(context.Context) error) error {
