@@ -5,20 +5,20 @@ import (
 	"time"
 )
 
-// shareDiv sets how long a shared bound takes new attempts: for the first
-// eighth of its Timeout. The attempt that makes it gets its Timeout; one
-// that joins it up to an eighth less, never more: the time a dropped
-// request costs (BenchmarkDroppedDeletesHandoff) does not grow.
+// shareDiv sets which attempts may join a shared bound: those it leaves
+// between seven eighths of their Timeout and all of it. The attempt that
+// makes a bound gets its Timeout, one that joins up to an eighth less,
+// never more: the time a dropped request costs
+// (BenchmarkDroppedDeletesHandoff) does not grow.
 const shareDiv = 8
 
-// shared is the bound of the first attempts of one life that start within
-// an eighth of their Timeout of the first: a context that ends at the
-// first's deadline, or when the life does. Made once for all of them, it
-// spares each attempt a cancelable context, a hook on the life and a timer
-// of its own: on a busy session most of the bound's cost (BenchmarkAttempt).
+// shared is the bound of the first attempts of one life that start close
+// together: a context that ends at the first's deadline, or when the life
+// does. Made once for all of them, it spares each attempt a cancelable
+// context, a hook on the life and a timer of its own: on a busy session
+// most of the bound's cost (BenchmarkAttempt).
 type shared struct {
 	life context.Context // nil: an attempt whose life is its ctx
-	open time.Time       // attempts that start before open join it
 	end  time.Time
 	ctx  context.Context // ends at end, or with life; no values but its own
 }
@@ -32,32 +32,34 @@ func newShared(life context.Context, d time.Duration, now time.Time) *shared {
 		stop = context.AfterFunc(life, cancel)
 	}
 	time.AfterFunc(d, func() { stop(); cancel() })
-	return &shared{life: life, open: now.Add(d / shareDiv), end: now.Add(d), ctx: ctx}
+	return &shared{life: life, end: now.Add(d), ctx: ctx}
 }
 
 // sharedFor returns a bound that an attempt of life starting at now may
-// join, making one if none is open. A session's attempts have three lives
-// (the session's, the client's, none), each kept in a slot of its own; a
-// bound made when every slot is taken by another life is used once.
+// join (see shareDiv), making one if there is none. Each life keeps its
+// latest bound in a slot of its own; a session's attempts have two lives
+// (the session's and the client's), a test's a third (none). A bound made
+// when every slot holds another life's live bound is used once; of two
+// made at once, the last stays.
 func (l *Latency) sharedFor(life context.Context, now time.Time) *shared {
-	free := -1
+	d := Timeout(l, 0)
+	slot := -1
 	for i := range l.shared {
-		switch b := l.shared[i].Load(); {
-		case b == nil:
-			free = i
-		case b.life != life:
-			if !now.Before(b.end) {
-				free = i // over: its life may take a slot again
+		b := l.shared[i].Load()
+		if b != nil && b.life == life {
+			if left := b.end.Sub(now); left <= d && left >= d-d/shareDiv {
+				return b
 			}
-		case now.Before(b.open):
-			return b
-		default:
-			free = i
+			slot = i
+			break
+		}
+		if slot < 0 && (b == nil || !now.Before(b.end)) {
+			slot = i // free, or over: its life may take a slot again
 		}
 	}
-	b := newShared(life, Timeout(l, 0), now)
-	if free >= 0 {
-		l.shared[free].Store(b) // racing makers: each uses its own, the last stays
+	b := newShared(life, d, now)
+	if slot >= 0 {
+		l.shared[slot].Store(b)
 	}
 	return b
 }
@@ -124,15 +126,16 @@ func (c endsWith) Done() <-chan struct{} { return c.end.Done() }
 
 func (c endsWith) Err() error { return c.end.Err() }
 
-// Value looks in the view's context, then in end, which has no values but
-// its own cancelable context: found there, a context made from the view (as
-// gRPC makes one per request) registers with end, as with any cancelable
-// parent, instead of a goroutine that waits for it.
+// Value looks first in end, which has no values but its own cancelable
+// context (so a cause is end's), then in the view's context. Found there, end
+// has a context made from the view (as gRPC makes one per request) register
+// with it directly, as with any cancelable parent, rather than through
+// AfterFunc, which allocates a hook and a wrapper for each.
 func (c endsWith) Value(key any) any {
-	if v := c.Context.Value(key); v != nil {
+	if v := c.end.Value(key); v != nil {
 		return v
 	}
-	return c.end.Value(key)
+	return c.Context.Value(key)
 }
 
 // AfterFunc runs f once the view ends (context.AfterFunc).

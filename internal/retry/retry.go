@@ -26,8 +26,8 @@ const (
 )
 
 // AttemptFloor is the least time the first attempt of a retried request
-// gets (an eighth less when it shares the bound of one that started just
-// before: see shared); more when requests are slow (see Timeout). A write that reaches a
+// gets (up to an eighth less when it shares the bound of one that started
+// just before: see shared); more when requests are slow (see Timeout). A write that reaches a
 // leader as it hands leadership over is dropped without an answer, and etcd
 // gives up on it only at its request timeout (7 s by default): a new
 // attempt reaches the new leader at once.
@@ -76,7 +76,7 @@ var ErrMalformed = errors.New("malformed response")
 
 // Do runs send until it succeeds, fails for good (an answer, not a passing
 // failure: see Transient), ctx ends, or cli is closed, backing off between
-// attempts; each attempt gets Timeout. It sets *unsure when an attempt's
+// attempts; each attempt is bounded as in Attempt. It sets *unsure when an attempt's
 // outcome is unknown (see Unknown). For idempotent writes: Unlock, Resign,
 // Proclaim. When ctx ends during a backoff, the error is ctx's, with the
 // last attempt's; once cli is closed, it wraps ErrClientClosed (clientv3
@@ -132,6 +132,8 @@ func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(cont
 // attempt may get up to an eighth less than its Timeout: the first attempts
 // of one life that start close together share their bound (see shared). An
 // attempt cut short by its own time returns an error wrapping ErrNoAnswer.
+// Under a ctx that never ends, what send starts on its ctx ends with that
+// shared bound, not when send returns: send must leave nothing running.
 func Attempt(ctx, life context.Context, lat *Latency, n int, send func(context.Context) error) error {
 	start := time.Now()
 	actx, d, b := bound(ctx, life, lat, n, start)
