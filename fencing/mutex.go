@@ -54,8 +54,9 @@ func (m *Mutex) Name() string { return m.name }
 // does not reach the caller: a request that fails for a passing reason (a
 // lost reply, a leader change or transfer, a member restarting) is sent
 // again until ctx ends, each attempt bounded to four times the usual request
-// time (at least half a second, longer after an attempt that got no
-// answer), and a repeat of the enqueue that finds this call's key, written
+// time (at least half a second, up to an eighth less for an attempt that
+// starts just after another; longer after an attempt that got no answer),
+// and a repeat of the enqueue that finds this call's key, written
 // by an attempt whose reply was lost, keeps that key's place in the queue.
 // It returns an error wrapping ErrSessionExpired if the session ends or its
 // lease is found gone first, or ctx's error. If someone else (an operator)
