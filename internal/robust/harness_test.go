@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -34,6 +35,7 @@ type harness struct {
 	mu     sync.Mutex
 	links  map[string]*fencingtest.Link // guarded by mu: every worker's link, by worker
 	procs  map[string]*fencingtest.Proc // guarded by mu: running subprocess workers, by worker
+	kept   map[string]bool              // guarded by mu: subprocess workers SIGKILL spares (lifelong)
 	holder string                       // guarded by mu: the worker that acquired last
 	busy   map[any]bool                 // guarded by mu: links, processes and members under a fault now
 	next   int                          // guarded by mu: numbers new subprocess workers
@@ -44,7 +46,7 @@ type harness struct {
 // store's URL (the group's name, for the group workload).
 func newHarness(t *testing.T, c *fencingtest.Cluster, impl, store string) *harness {
 	return &harness{t: t, c: c, impl: impl, store: store, events: make(chan event, 4096),
-		faults: map[string]int{}, links: map[string]*fencingtest.Link{}, procs: map[string]*fencingtest.Proc{},
+		faults: map[string]int{}, links: map[string]*fencingtest.Link{}, procs: map[string]*fencingtest.Proc{}, kept: map[string]bool{},
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))}
 }
 
@@ -206,31 +208,38 @@ func (h *harness) sigstop() {
 	h.during("sigstop", p, func() { p.Stop(h.t) }, func() { p.Cont(h.t) })
 }
 
-func (h *harness) sigkill() {
-	p := h.pickProc()
-	if p == nil {
-		return
-	}
+// lifelong starts a subprocess worker that SIGKILL spares (other faults
+// still reach it), so that one process of the workload lives the whole
+// run: what accumulates in a process shows in its samples, not in those of
+// workers killed every 20 s.
+func (h *harness) lifelong(name string) {
 	h.mu.Lock()
-	if h.busy[p] {
+	h.kept[name] = true
+	h.mu.Unlock()
+	h.subprocess(name)
+}
+
+func (h *harness) sigkill() {
+	h.mu.Lock()
+	mortal := maps.Clone(h.procs)
+	for n := range h.kept {
+		delete(mortal, n)
+	}
+	name := pick(h.rng, h.holder, mortal)
+	p, link := h.procs[name], h.links[name]
+	if p == nil || h.busy[p] {
 		h.mu.Unlock()
 		return
 	}
-	var link *fencingtest.Link
-	for n, q := range h.procs {
-		if q == p {
-			delete(h.procs, n)
-			link = h.links[n]
-			delete(h.links, n)
-		}
-	}
+	delete(h.procs, name)
+	delete(h.links, name)
 	h.faults["sigkill"]++
 	h.next++
-	name := fmt.Sprint("k", h.next)
+	next := fmt.Sprint("k", h.next)
 	h.mu.Unlock()
 	p.Kill(h.t)
 	link.Close() // its proxies would otherwise live, idle, until the test ends
-	h.subprocess(name)
+	h.subprocess(next)
 }
 
 func (h *harness) pickProc() *fencingtest.Proc {

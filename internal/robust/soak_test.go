@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,8 +30,11 @@ import (
 // name, with drains, Proclaim and an Observe: runReplica) together on one
 // cluster, under the suite's
 // fault mix on both and leader transfers, for LEASEHOLD_SOAK (a duration:
-// "1h"; CI runs "90s"). Every LEASEHOLD_SOAK_EVERY (1m; a twelfth of the
-// length when shorter) each worker subprocess reports its goroutines, live
+// "1h"; CI runs "90s"). Each workload has one subprocess worker that SIGKILL
+// spares (lifelong), whose series are one process's over the whole run; the
+// others are killed and replaced every 20 s or so. Every
+// LEASEHOLD_SOAK_EVERY (1m; a twelfth of the length when shorter) each
+// worker subprocess reports its goroutines, live
 // heap, sessions (leases granted and not revoked) and open watches (census),
 // and the test its own and the cluster's keys, leases, watchers and
 // watch streams. Checks: both workloads' violations, none; at each pause of
@@ -80,6 +84,8 @@ func TestSoak(t *testing.T) {
 		lock.subprocess(fmt.Sprint("p", i))
 		group.subprocess(fmt.Sprint("q", i))
 	}
+	lock.lifelong(lifelong)
+	group.lifelong(lifelong)
 	lockEvents, groupEvents := lock.collect(), group.collect()
 	start := time.Now()
 	sampling := make(chan struct{})
@@ -136,6 +142,11 @@ func TestSoak(t *testing.T) {
 	sm.report(t)
 	for _, g := range sm.growing() {
 		t.Error(g)
+	}
+	for _, s := range []string{"lifelong lock worker heap MiB", "lifelong group replica heap MiB"} {
+		if n, of := sm.reported(s); n < of/2 {
+			t.Errorf("%s: reported in %d of the last half's %d rows; a lifelong worker must report through the run", s, n, of)
+		}
 	}
 	fencingtest.WaitFor(t, time.Minute, "every key and lease of the workers to go", func() bool {
 		keys, leases, err := keysAndLeases(t.Context(), c)
@@ -306,17 +317,17 @@ func parseSample(line string) (procSample, bool) {
 	return procSample{goroutines: g, heap: h, leases: l, watches: w, at: time.Now()}, errors.Join(err1, err2, err3, err4) == nil
 }
 
+// lifelong names the subprocess worker of each workload that SIGKILL spares
+// (harness.lifelong): its series are one process's over the whole run.
+const lifelong = "lifelong"
+
 // soakSeries names the series, in the order of the table and the plot;
 // judged ones must not grow. The test process hosts the three etcd members,
 // whose restarts move its goroutines by a hundred or two (hence the floor),
 // and the history every check reads, which grows its heap by design: that
 // is shown, not judged; so are watch streams, which come and go with the
 // members' restarts.
-var soakSeries = []struct {
-	name   string
-	judged bool
-	floor  float64 // growth below this is noise, whatever the fit says
-}{
+var soakSeries = []soakSeriesT{
 	{"lock worker goroutines", true, 10},
 	{"lock worker heap MiB", true, 2},
 	{"lock worker sessions", true, 1},
@@ -325,12 +336,28 @@ var soakSeries = []struct {
 	{"group replica heap MiB", true, 2},
 	{"group replica sessions", true, 1},
 	{"group replica watches", true, 10},
+	{"lifelong lock worker goroutines", true, 10},
+	{"lifelong lock worker heap MiB", true, 2},
+	{"lifelong lock worker sessions", true, 1},
+	{"lifelong lock worker watches", true, 4},
+	{"lifelong group replica goroutines", true, 10},
+	{"lifelong group replica heap MiB", true, 2},
+	{"lifelong group replica sessions", true, 1},
+	{"lifelong group replica watches", true, 10},
 	{"test process goroutines", true, 200},
 	{"test process heap MiB", false, 0},
 	{"keys", true, 10},
-	{"leases", true, 4},
+	// A SIGKILLed group replica's three leases stay until they expire while
+	// its successor's three are granted; two such kills may overlap.
+	{"leases", true, 8},
 	{"watchers", true, 10},
 	{"watch streams", false, 0},
+}
+
+type soakSeriesT struct {
+	name   string
+	judged bool
+	floor  float64 // growth below this is noise, whatever the fit says
 }
 
 // soakSamples collects the series: one row per period.
@@ -365,15 +392,18 @@ func (sm *soakSamples) row(ctx context.Context, c *fencingtest.Cluster, start ti
 	watchers, streams := watchGauges(c)
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	row := append(sm.mean("lock/", self.at, 2*every), sm.mean("group/", self.at, 2*every)...)
+	var row []float64
+	for _, role := range []string{"lock/", "group/", "lock/" + lifelong, "group/" + lifelong} {
+		row = append(row, sm.mean(role, self.at, 2*every)...)
+	}
 	sm.at = append(sm.at, time.Since(start).Seconds())
 	sm.rows = append(sm.rows, append(row, float64(self.goroutines), mib(self.heap),
 		float64(keys), float64(leases), watchers, streams))
 }
 
 // mean returns the mean goroutines, heap (MiB), sessions and watches of the
-// subprocesses of role that reported within fresh of now: killed or paused
-// ones drop out. Called with mu held.
+// subprocesses whose role/name starts with role that reported within fresh
+// of now: killed or paused ones drop out. Called with mu held.
 func (sm *soakSamples) mean(role string, now time.Time, fresh time.Duration) []float64 {
 	sum, n := make([]float64, 4), 0
 	for name, s := range sm.procs {
@@ -458,6 +488,20 @@ func (sm *soakSamples) growing() []string {
 		}
 	}
 	return out
+}
+
+// reported counts the rows of the last half that have a value of series,
+// of how many.
+func (sm *soakSamples) reported(series string) (n, of int) {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	i := slices.IndexFunc(soakSeries, func(s soakSeriesT) bool { return s.name == series })
+	for _, row := range sm.rows[len(sm.rows)/2:] {
+		if of++; !math.IsNaN(row[i]) {
+			n++
+		}
+	}
+	return n, of
 }
 
 // fit returns the least-squares slope of ys over xs, the mean of ys and the
