@@ -16,8 +16,10 @@ type shape struct {
 
 // shapes are the contexts an attempt runs under, new for each call: a ctx
 // that never ends (a Lock or Unlock under Background) with a life or
-// without, a caller's ctx with the session's life, a wait's ctx that is
-// its own life; and a resend, which gets a bound of its own.
+// without, a caller's ctx with the session's life (either may end), a
+// wait's ctx that is its own life; and a resend, which gets a bound of its
+// own. A test takes one case of each call (each), so that no case starts
+// with a context another case ended.
 func shapes(t *testing.T) []shape {
 	never := context.WithValue(context.Background(), keyT{}, "v")
 	life, endLife := context.WithCancel(context.Background())
@@ -28,12 +30,21 @@ func shapes(t *testing.T) []shape {
 		{"never-ending ctx, no life", never, context.Background(), 0, nil},
 		{"never-ending ctx, a life", context.WithoutCancel(caller), life, 0, endLife},
 		{"caller's ctx, a life", caller, life, 0, endCaller},
+		{"caller's ctx, a life that ends", caller, life, 0, endLife},
 		{"own life", caller, caller, 0, endCaller},
 		{"resend", never, life, 1, endLife},
 	}
 }
 
 type keyT struct{}
+
+// each runs f on every case of shapes, each made fresh.
+func each(t *testing.T, f func(t *testing.T, c shape)) {
+	for i := range shapes(t) {
+		c := shapes(t)[i]
+		t.Run(c.name, func(t *testing.T) { f(t, c) })
+	}
+}
 
 // slow is a Latency whose attempts get attemptCeiling (8 s): a test that
 // waits half of that for an attempt to end fails only if the attempt waits
@@ -48,28 +59,26 @@ func slow() *Latency {
 // its Timeout, whether it made a shared bound or has its own. Its request
 // sees the caller's values, and no deadline travels with it.
 func TestAttemptBoundEndsUnansweredAttempt(t *testing.T) {
-	for _, c := range shapes(t) {
-		t.Run(c.name, func(t *testing.T) {
-			lat := new(Latency)
-			start := time.Now()
-			err := Attempt(c.ctx, c.life, lat, c.n, func(ctx context.Context) error {
-				if v := ctx.Value(keyT{}); v != "v" {
-					t.Errorf("request's ctx value = %v; want the caller's", v)
-				}
-				if _, ok := ctx.Deadline(); ok {
-					t.Error("request's ctx has a deadline: it would travel as grpc-timeout")
-				}
-				<-ctx.Done()
-				return ctx.Err()
-			})
-			if !errors.Is(err, ErrNoAnswer) {
-				t.Fatalf("Attempt = %v; want ErrNoAnswer", err)
+	each(t, func(t *testing.T, c shape) {
+		lat := new(Latency)
+		start := time.Now()
+		err := Attempt(c.ctx, c.life, lat, c.n, func(ctx context.Context) error {
+			if v := ctx.Value(keyT{}); v != "v" {
+				t.Errorf("request's ctx value = %v; want the caller's", v)
 			}
-			if took, min := time.Since(start), Timeout(lat, c.n); took < min {
-				t.Fatalf("unanswered attempt ended after %v; its Timeout is %v", took, min)
+			if _, ok := ctx.Deadline(); ok {
+				t.Error("request's ctx has a deadline: it would travel as grpc-timeout")
 			}
+			<-ctx.Done()
+			return ctx.Err()
 		})
-	}
+		if !errors.Is(err, ErrNoAnswer) {
+			t.Fatalf("Attempt = %v; want ErrNoAnswer", err)
+		}
+		if took, min := time.Since(start), Timeout(lat, c.n); took < min {
+			t.Fatalf("unanswered attempt ended after %v; its Timeout is %v", took, min)
+		}
+	})
 }
 
 // An attempt joins a life's shared bound only while the bound leaves it
@@ -112,26 +121,24 @@ func TestSharedBoundJoinWindow(t *testing.T) {
 // An attempt ends as soon as its ctx or its life does, not with
 // ErrNoAnswer, shared bound or not.
 func TestAttemptBoundEndsWithCtxOrLife(t *testing.T) {
-	for _, c := range shapes(t) {
+	each(t, func(t *testing.T, c shape) {
 		if c.end == nil {
-			continue
+			return
 		}
-		t.Run(c.name, func(t *testing.T) {
-			lat := slow()
-			err := Attempt(c.ctx, c.life, lat, c.n, func(ctx context.Context) error {
-				c.end()
-				select {
-				case <-ctx.Done():
-				case <-time.After(Timeout(lat, c.n) / 2):
-					t.Error("the attempt outlived the end of its ctx or life")
-				}
-				return ctx.Err()
-			})
-			if err == nil || errors.Is(err, ErrNoAnswer) {
-				t.Fatalf("Attempt = %v; want the end of ctx or life, not ErrNoAnswer", err)
+		lat := slow()
+		err := Attempt(c.ctx, c.life, lat, c.n, func(ctx context.Context) error {
+			c.end()
+			select {
+			case <-ctx.Done():
+			case <-time.After(Timeout(lat, c.n) / 2):
+				t.Error("the attempt outlived the end of its ctx or life")
 			}
+			return ctx.Err()
 		})
-	}
+		if err == nil || errors.Is(err, ErrNoAnswer) {
+			t.Fatalf("Attempt = %v; want the end of ctx or life, not ErrNoAnswer", err)
+		}
+	})
 }
 
 // Two lives never share a bound: the end of one session's life (or of a

@@ -40,7 +40,9 @@ import (
 // watch streams. Checks: both workloads' violations, none; at each pause of
 // the faults (every quarter of the run), one lease per live session and the
 // keys back to their level at the first pause; no judged series grows over
-// the last half; once the workers stop, no key and no lease is left. LEASEHOLD_SOAK_SVG names the plot's file (else one in a temp dir);
+// the last half; each lifelong worker reported in at least half the last
+// half's rows; once the workers stop, no key and no lease is left.
+// LEASEHOLD_SOAK_SVG names the plot's file (else one in a temp dir);
 // LEASEHOLD_SOAK_GOROUTINES a file for the test process's goroutines, grouped
 // by stack, as the faults stop (to trace a growth the table shows).
 const (
@@ -144,7 +146,7 @@ func TestSoak(t *testing.T) {
 		t.Error(g)
 	}
 	for _, s := range []string{"lifelong lock worker heap MiB", "lifelong group replica heap MiB"} {
-		if n, of := sm.reported(s); n < of/2 {
+		if n, of := sm.reported(t, s); n < of/2 {
 			t.Errorf("%s: reported in %d of the last half's %d rows; a lifelong worker must report through the run", s, n, of)
 		}
 	}
@@ -321,8 +323,10 @@ func parseSample(line string) (procSample, bool) {
 // (harness.lifelong): its series are one process's over the whole run.
 const lifelong = "lifelong"
 
-// soakSeries names the series, in the order of the table and the plot;
-// judged ones must not grow. The test process hosts the three etcd members,
+// soakSeries names the series, in the order of the table and the plot. A
+// "lock worker" or "group replica" series is the mean over every worker
+// subprocess of its workload, the lifelong one included; a "lifelong" one
+// is that worker's alone. Judged ones must not grow. The test process hosts the three etcd members,
 // whose restarts move its goroutines by a hundred or two (hence the floor),
 // and the history every check reads, which grows its heap by design: that
 // is shown, not judged; so are watch streams, which come and go with the
@@ -492,10 +496,13 @@ func (sm *soakSamples) growing() []string {
 
 // reported counts the rows of the last half that have a value of series,
 // of how many.
-func (sm *soakSamples) reported(series string) (n, of int) {
+func (sm *soakSamples) reported(t *testing.T, series string) (n, of int) {
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
 	i := slices.IndexFunc(soakSeries, func(s soakSeriesT) bool { return s.name == series })
+	if i < 0 {
+		t.Fatalf("no series %q", series)
+	}
 	for _, row := range sm.rows[len(sm.rows)/2:] {
 		if of++; !math.IsNaN(row[i]) {
 			n++
