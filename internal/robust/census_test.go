@@ -56,11 +56,21 @@ func (c *census) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cli
 	return ws, nil
 }
 
-// counts returns the leases and watches open now.
+// counts returns the leases and watches open now. A stream whose context
+// has ended is over, with its watches, whether or not its reader saw the
+// error: clientv3's reader returns without another Recv once its stream is
+// closing, and a census that kept such streams counted their watches, and
+// kept the streams in memory, for the rest of the process's life (the
+// hour's lifelong group replica counted 6 to 65 watches while etcd's
+// watchers stayed flat, and its heap went from 1.8 to 2.5 MiB).
 func (c *census) counts() (leases, watches int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for ws := range c.streams {
+		if ws.Context().Err() != nil {
+			delete(c.streams, ws)
+			continue
+		}
 		watches += len(ws.ids)
 	}
 	return len(c.leases), watches
