@@ -31,7 +31,13 @@ import (
 // election.RunGroup replica leading n names alone (each work with its
 // watched context). It reports, per hold, waiter or led name, the heap in use, the goroutine stacks and the
 // goroutines (a waiter's own goroutine, the caller's, included), and the
-// gRPC watch streams of the process. LEASEHOLD_HOLDS sets n (default
+// gRPC watch streams of the process; and what they cost etcd, per hold,
+// waiter or name: the heap in use of this process after a collection, which
+// hosts the embedded member (keys, leases, watchers), and the member's
+// database in use. The heap also holds the raft log's latest entries (etcd
+// keeps 5 000 to 15 000 in memory, snapshot to snapshot), of which a cell's
+// writes may add all, some or none: about ±0.2 KiB per hold at n = 10 000,
+// more at 1 000. LEASEHOLD_HOLDS sets n (default
 // 1000,10000; 100000 takes minutes). LEASEHOLD_COST_PROFILE=path writes the
 // helper's heap and goroutine profiles to path.heap and path.goroutine.
 //
@@ -49,6 +55,7 @@ func BenchmarkHoldCost(b *testing.B) {
 		}
 	}
 	c := cluster(b)
+	admin := c.Admin // connected and warm: a client made or connecting between the two readings would count
 	for _, mode := range []string{"hold", "wait", "semwait", "group"} {
 		for _, n := range sizes {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
@@ -62,10 +69,21 @@ func BenchmarkHoldCost(b *testing.B) {
 					}
 					p := fencingtest.StartHelper(b, "cost", c.Endpoints()[0], mode, fmt.Sprint(n), prefix)
 					base := readCost(b, p)
+					server := serverCost(b, admin)
 					p.Send(b, "go")
 					got := readCost(b, p)
+					serverGot := serverCost(b, admin)
 					p.Close()
+					// Its sessions revoked before the next cell's readings:
+					// leases left to expire would end in them.
+					select {
+					case <-p.Exited():
+					case <-time.After(time.Minute):
+						b.Fatal("the cost helper did not exit within a minute of its stdin closing")
+					}
 					per := func(v, v0 float64) float64 { return (v - v0) / float64(n) }
+					b.ReportMetric(per(serverGot.Heap, server.Heap)/1024, "server-heap-KiB/op")
+					b.ReportMetric(per(serverGot.DB, server.DB), "server-db-B/op")
 					b.ReportMetric(per(got.Heap, base.Heap)/1024, "heap-KiB/op")
 					b.ReportMetric(per(got.Stack, base.Stack)/1024, "stack-KiB/op")
 					b.ReportMetric(per(got.Goroutines, base.Goroutines), "goroutines/op")
@@ -111,6 +129,19 @@ func holdPermits(b *testing.B, c *fencingtest.Cluster, prefix string, n int) {
 			}
 		}
 	}
+}
+
+// serverCost is the embedded etcd's: this process's heap in use (after a
+// collection) and the member's database in use.
+func serverCost(b *testing.B, admin *clientv3.Client) struct{ Heap, DB float64 } {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	st, err := admin.Status(context.Background(), admin.Endpoints()[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	return struct{ Heap, DB float64 }{float64(ms.HeapInuse), float64(st.DbSizeInUse)}
 }
 
 // cost is what the helper measured.
@@ -160,7 +191,8 @@ func costHelper(args []string) int {
 	fmt.Scanln(&line)
 	switch args[1] {
 	case "group":
-		leadAll(ctx, cli, args[3], n)
+		stop := leadAll(ctx, cli, args[3], n)
+		defer stop() // the group's sessions revoked before the process exits
 	case "semwait":
 		queueAll(ctx, s, &ctr, args[3], n)
 	default:
@@ -228,21 +260,28 @@ func settle(ctr *etcdtest.Counter, watches int) {
 
 // leadAll runs one election.RunGroup replica for the n names prefix0 …
 // prefix<n-1>, alone, so that it leads them all, each work with its watched
-// context, and returns once every work has started.
-func leadAll(ctx context.Context, cli *clientv3.Client, prefix string, n int) {
+// context, and returns once every work has started, with what stops the
+// replica and waits for it to return (its sessions revoked).
+func leadAll(ctx context.Context, cli *clientv3.Client, prefix string, n int) (stop func()) {
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprint(prefix, i)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	var started atomic.Int64
-	go election.RunGroup(ctx, cli, strings.TrimSuffix(prefix, "/"), names, func(ctx context.Context, _ *election.Term) error {
-		started.Add(1) // ctx is the term's watched context
-		<-ctx.Done()
-		return nil
-	}, election.WithSessionOptions(fencing.WithTTL(30*time.Second)))
+	go func() {
+		defer close(done)
+		election.RunGroup(ctx, cli, strings.TrimSuffix(prefix, "/"), names, func(ctx context.Context, _ *election.Term) error {
+			started.Add(1) // ctx is the term's watched context
+			<-ctx.Done()
+			return nil
+		}, election.WithSessionOptions(fencing.WithTTL(30*time.Second)))
+	}()
 	for started.Load() < int64(n) {
 		time.Sleep(10 * time.Millisecond)
 	}
+	return func() { cancel(); <-done }
 }
 
 // writeProfiles writes the heap and goroutine profiles to path.heap and
