@@ -98,7 +98,9 @@ func TestSharedBoundJoinWindow(t *testing.T) {
 	if got := l.sharedFor(life, t0.Add(d/shareDiv)); got != b {
 		t.Fatalf("an attempt an eighth later made a bound of its own; want it to join")
 	}
-	if got := l.sharedFor(nil, t0); got == b {
+	other, endOther := context.WithCancel(context.Background())
+	defer endOther()
+	if got := l.sharedFor(other, t0); got == b {
 		t.Fatal("an attempt of another life joined the bound")
 	}
 	late := t0.Add(d/shareDiv + time.Nanosecond)
