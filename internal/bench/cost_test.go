@@ -73,12 +73,9 @@ func BenchmarkHoldCost(b *testing.B) {
 					p.Send(b, "go")
 					got := readCost(b, p)
 					serverGot := serverCost(b, admin)
-					p.Close()
 					// Its sessions revoked before the next cell's readings:
 					// leases left to expire would end in them.
-					select {
-					case <-p.Exited():
-					case <-time.After(time.Minute):
+					if !stopHelper(p) {
 						b.Fatal("the cost helper did not exit within a minute of its stdin closing")
 					}
 					per := func(v, v0 float64) float64 { return (v - v0) / float64(n) }
@@ -131,9 +128,11 @@ func holdPermits(b *testing.B, c *fencingtest.Cluster, prefix string, n int) {
 	}
 }
 
-// serverCost is the embedded etcd's: this process's heap in use (after a
-// collection) and the member's database in use.
-func serverCost(b *testing.B, admin *clientv3.Client) struct{ Heap, DB float64 } {
+// serverUse is what the embedded etcd uses: this process's heap in use
+// (after a collection) and the member's database in use, in bytes.
+type serverUse struct{ Heap, DB float64 }
+
+func serverCost(b *testing.B, admin *clientv3.Client) serverUse {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -141,7 +140,7 @@ func serverCost(b *testing.B, admin *clientv3.Client) struct{ Heap, DB float64 }
 	if err != nil {
 		b.Fatal(err)
 	}
-	return struct{ Heap, DB float64 }{float64(ms.HeapInuse), float64(st.DbSizeInUse)}
+	return serverUse{float64(ms.HeapInuse), float64(st.DbSizeInUse)}
 }
 
 // cost is what the helper measured.

@@ -303,19 +303,25 @@ func server(b *testing.B) clients {
 		return cluster(b)
 	case "process":
 		p := fencingtest.StartHelper(b, "etcd")
-		b.Cleanup(func() { // before StartHelper's kill: the helper removes its data dir
-			p.Close()
-			select {
-			case <-p.Exited():
-			case <-time.After(time.Minute):
-			}
-		})
+		b.Cleanup(func() { stopHelper(p) }) // before StartHelper's kill: the helper removes its data dir
 		s := separate{endpoints: []string{p.Expect(b, time.Minute, "endpoint")}}
 		warmUp(b, s.Client(b))
 		return s
 	default:
 		b.Fatalf("LEASEHOLD_BENCH_SERVER=%q: want unset or process", mode)
 		return nil
+	}
+}
+
+// stopHelper closes p's stdin, which ends a helper of this package cleanly,
+// and reports whether it exited within a minute.
+func stopHelper(p *fencingtest.Proc) bool {
+	p.Close()
+	select {
+	case <-p.Exited():
+		return true
+	case <-time.After(time.Minute):
+		return false
 	}
 }
 
