@@ -38,7 +38,8 @@ import (
 // heap, sessions (leases granted and not revoked) and open watches (census),
 // and the test its own and the cluster's keys, leases, watchers and
 // watch streams. Checks: both workloads' violations, none; at each pause of
-// the faults (every quarter of the run), one lease per live session and the
+// the faults (every quarter of the run, or every 5 minutes if that is
+// sooner), one lease per live session and the
 // keys back to their level at the first pause; no judged series grows over
 // the last half; each lifelong worker reported in at least half the last
 // half's rows; once the workers stop, no key and no lease is left.
@@ -96,9 +97,10 @@ func TestSoak(t *testing.T) {
 		sm.run(ctx, c, start, every)
 	}()
 	// Faults overlap (one starts every 0.3-1 s, each lasts past the TTL):
-	// every quarter of the run they pause until the ones under way end, and
-	// keys and leases must come back to the workload's level.
-	window, steady := max(every, length/4), int64(-1)
+	// every quarter of the run, or 5 minutes if sooner, they pause until the
+	// ones under way end, and keys and leases must come back to the
+	// workload's level.
+	window, steady := max(every, min(length/4, soakPauseEvery)), int64(-1)
 	for end := start.Add(window); time.Since(start) < length; end = time.Now().Add(window) {
 		lock.faultLoop(ctx, hist, func() bool { return time.Now().After(end) || time.Since(start) > length })
 		group.settle()
@@ -175,6 +177,10 @@ func waitSteady(t *testing.T, c *fencingtest.Cluster, lock, group *harness, stea
 	}
 	return steady
 }
+
+// soakPauseEvery is the longest stretch of faults between two checks of
+// the workload's level: an hour's soak checks it eleven times.
+const soakPauseEvery = 5 * time.Minute
 
 // steadySwing is how far the keys move with the workload alone: waiters
 // queue and leave, elections are contested.
