@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/retry"
@@ -393,9 +394,13 @@ func gone(e *Entry, resp *clientv3.TxnResponse) error {
 }
 
 // also keeps the results of the Queue's Also, which follow the first n of
-// resp's.
+// resp's: a copy, as a slice of resp's would keep its whole reply alive as
+// long as the entry (a Term's life; even an empty slice points into it).
 func (e *Entry) also(resp *clientv3.TxnResponse, n int) {
-	e.Also, e.AlsoRev = resp.Responses[n:], resp.Header.Revision
+	e.Also, e.AlsoRev = nil, resp.Header.Revision
+	if len(resp.Responses) > n {
+		e.Also = slices.Clone(resp.Responses[n:])
+	}
 }
 
 // Seen returns the revision of the last read that found e's key alive: a

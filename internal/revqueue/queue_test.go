@@ -94,6 +94,24 @@ func TestWaitReportsDeletedOwnKey(t *testing.T) {
 	}
 }
 
+// An entry keeps nothing of the txn that made it when its queue has no Also
+// reads: not even an empty slice of the results, which would keep the whole
+// reply alive as long as the entry (a Term, a waiter): about 0.7 KiB per led
+// RunGroup name.
+func TestEntryKeepsNoReply(t *testing.T) {
+	c, ctx, lease := leased(t)
+	q := revqueue.Queue{Client: c.Admin, Prefix: "q/"}
+	for _, key := range []string{"q/a", "q/b"} { // the owner, then a waiter
+		e, err := q.Enqueue(ctx, key, "v", lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Also != nil {
+			t.Errorf("%s: Also = %v (cap %d); want nil", key, e.Also, cap(e.Also))
+		}
+	}
+}
+
 // The Queue's Also reads come back from the txn that finds an entry owns,
 // whichever found it: the enqueue into an empty queue, the wait's read after
 // the owner went, the enqueue repeated after a lost reply. Each shows the
@@ -110,7 +128,8 @@ func TestAlsoReadWithTheWin(t *testing.T) {
 	q := revqueue.Queue{Client: c.Admin, Prefix: "q/", Extra: &revqueue.Extra{Also: []clientv3.Op{clientv3.OpGet("x")}}}
 	seen := func(what string, e *revqueue.Entry, want string, rev int64) {
 		t.Helper()
-		if len(e.Also) != 1 || e.Also[0].GetResponseRange() == nil || e.AlsoRev < rev || e.Seen() < e.AlsoRev {
+		// A copy: a slice of the txn's results would keep its whole reply.
+		if len(e.Also) != 1 || cap(e.Also) != 1 || e.Also[0].GetResponseRange() == nil || e.AlsoRev < rev || e.Seen() < e.AlsoRev {
 			t.Fatalf("%s: Also %v at %d, key seen at %d; want one read at %d or later, the key seen there", what, e.Also, e.AlsoRev, e.Seen(), rev)
 		}
 		kvs := e.Also[0].GetResponseRange().Kvs
