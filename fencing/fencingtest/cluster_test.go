@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,6 +165,33 @@ func TestThreeSurvivesLeaderStop(t *testing.T) {
 		resp, err := cli.Get(ctx, "after-stop", clientv3.WithSerializable())
 		return err == nil && len(resp.Kvs) == 1
 	})
+}
+
+// A member's ports lie below the ports the kernel gives outgoing
+// connections: a stopped member's port is free for a moment, and a client
+// connecting just then must not get it, or the member's Restart fails (an
+// hour's soak failed so: "restart m0: listen tcp 127.0.0.1:35437: bind:
+// address already in use").
+func TestFreeAddrBelowEphemeralPorts(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Skipf("the kernel does not say which ports it gives connections: %v", err)
+	}
+	var low int
+	if _, err := fmt.Sscan(string(b), &low); err != nil {
+		t.Fatalf("ip_local_port_range %q: %v", b, err)
+	}
+	for range 50 {
+		addr, err := fencingtest.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, _ := strings.Cut(addr, ":")
+		port, err := strconv.Atoi(p)
+		if err != nil || port < 1024 || port >= low {
+			t.Fatalf("FreeAddr() = %s; want a port from 1024 up to below %d, where no connection is given one", addr, low)
+		}
+	}
 }
 
 // A SIGSTOPped process stops renewing its lease: the server expires it and

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -436,16 +435,6 @@ func Ended(t TB, ctx context.Context, deadline time.Duration, what string) error
 		t.Fatalf("fencingtest: %s: the context had not ended after %v", what, deadline)
 		return nil
 	}
-}
-
-// FreeAddr returns a free port of 127.0.0.1, for a server a test starts.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // Context returns a context bounded by d and by the test's end.
