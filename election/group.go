@@ -339,7 +339,7 @@ func (r *round) leave(ctx context.Context, err error) {
 // lead campaigns for name and runs its work, as Run does on the round's
 // session, until ctx ends (the name was handed over, or the round ended).
 func (r *round) lead(ctx context.Context, name string) {
-	run := &runner{cfg: r.g.cfg, cli: r.g.cli, name: name, value: r.link.Identity, work: r.g.work, ttl: r.g.ttl, s: r.s,
+	run := &runner{cfg: &r.g.cfg, cli: r.g.cli, name: name, value: r.link.Identity, work: r.g.work, ttl: r.g.ttl, s: r.s,
 		log: r.g.log.With("kind", fencing.KindElection, "name", name)}
 	run.resignFailed = func(context.Context) { r.stop(fmt.Errorf("%w: resign of %q failed", fencing.ErrSessionClosed, name)) }
 	run.stays = r.ctx

@@ -155,7 +155,7 @@ func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	if err != nil {
 		return fmt.Errorf("election: Run %q: %w", name, err)
 	}
-	r := &runner{cfg: c, cli: cli, name: name, value: value, work: work, ttl: cmp.Or(sc.TTL, fencing.DefaultTTL),
+	r := &runner{cfg: &c, cli: cli, name: name, value: value, work: work, ttl: cmp.Or(sc.TTL, fencing.DefaultTTL),
 		log: logger(sc).With("kind", fencing.KindElection, "name", name)}
 	r.resignFailed = r.closeSession // revoking the lease is the other way to hand over
 	r.stays = ctx                   // a preemption ends the term, not the replica
@@ -208,7 +208,7 @@ func (c *runConfig) validate(ctx context.Context, cli *clientv3.Client, name str
 }
 
 type runner struct {
-	cfg   runConfig
+	cfg   *runConfig // shared by a group's runners, never written
 	cli   *clientv3.Client
 	name  string
 	value string
