@@ -181,6 +181,9 @@ func TestFreeAddrBelowEphemeralPorts(t *testing.T) {
 	if _, err := fmt.Sscan(string(b), &low); err != nil {
 		t.Fatalf("ip_local_port_range %q: %v", b, err)
 	}
+	if low <= 1025 {
+		t.Skipf("the kernel gives connections every port from %d: none is left below", low)
+	}
 	for range 50 {
 		addr, err := fencingtest.FreeAddr()
 		if err != nil {

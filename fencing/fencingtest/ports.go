@@ -17,9 +17,10 @@ import (
 // connect, and its Restart would fail with "address already in use" (an
 // hour's soak did, in a process making connections all the time).
 func FreeAddr() (string, error) {
-	if low := ephemeralLow(); low > minPort {
+	if low := ephemeralLow(); low > 1025 {
+		floor := max(1024, min(minPort, low/2))
 		for range 100 {
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(minPort+rand.IntN(low-minPort))))
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(floor+rand.IntN(low-floor))))
 			if err == nil {
 				defer l.Close()
 				return l.Addr().String(), nil
@@ -34,8 +35,9 @@ func FreeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// minPort is the lowest port FreeAddr picks below the ephemeral range:
-// clear of the well-known and most registered services' ports.
+// minPort is the lowest port FreeAddr picks below the ephemeral range,
+// clear of the well-known and most registered services' ports, unless that
+// range starts lower (then its lower half: from 1024 up).
 const minPort = 20000
 
 // ephemeralLow is the lowest port the kernel gives outgoing connections, or

@@ -128,7 +128,9 @@ func TestAlsoReadWithTheWin(t *testing.T) {
 	q := revqueue.Queue{Client: c.Admin, Prefix: "q/", Extra: &revqueue.Extra{Also: []clientv3.Op{clientv3.OpGet("x")}}}
 	seen := func(what string, e *revqueue.Entry, want string, rev int64) {
 		t.Helper()
-		// A copy: a slice of the txn's results would keep its whole reply.
+		// A copy: a slice of the txn's results would keep its whole reply
+		// (seen by cap on the enqueue's and rejoin's paths; the short
+		// read's two results fill their array exactly).
 		if len(e.Also) != 1 || cap(e.Also) != 1 || e.Also[0].GetResponseRange() == nil || e.AlsoRev < rev || e.Seen() < e.AlsoRev {
 			t.Fatalf("%s: Also %v at %d, key seen at %d; want one read at %d or later, the key seen there", what, e.Also, e.AlsoRev, e.Seen(), rev)
 		}

@@ -179,7 +179,8 @@ func waitSteady(t *testing.T, c *fencingtest.Cluster, lock, group *harness, stea
 }
 
 // soakPauseEvery is the longest stretch of faults between two checks of
-// the workload's level: an hour's soak checks it eleven times.
+// the workload's level: an hour's soak checks it about eleven times (a
+// pause, up to a minute, delays the next stretch).
 const soakPauseEvery = 5 * time.Minute
 
 // steadySwing is how far the keys move with the workload alone: waiters
