@@ -20,16 +20,24 @@ func FreeAddr() (string, error) {
 	if low := ephemeralLow(); low > 1025 {
 		floor := max(1024, min(minPort, low/2))
 		for range 100 {
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(floor+rand.IntN(low-floor))))
-			if err == nil {
-				defer l.Close()
-				return l.Addr().String(), nil
+			if addr, err := free(net.JoinHostPort("127.0.0.1", strconv.Itoa(floor+rand.IntN(low-floor)))); err == nil {
+				return addr, nil
 			}
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := free("127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("free port: %w", err)
+	}
+	return addr, nil
+}
+
+// free reports whether addr can be listened on now, returning the address
+// it got (a port of its own for port 0).
+func free(addr string) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
