@@ -1,6 +1,9 @@
 package ownwatch
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Registry holds, for each ownership of one session (a key at one create
 // revision: a session reuses its keys), what must hear of its loss: its
@@ -9,7 +12,9 @@ import "sync"
 // The zero Registry is ready to use.
 type Registry struct {
 	mu sync.Mutex
-	m  map[owner]map[*func(error)]struct{} // guarded by mu
+	// Most owners have one or two registrations (a watch, a tenure): a
+	// slice per owner costs a fraction of a map's memory.
+	m map[owner][]*func(error) // guarded by mu
 }
 
 // owner is one life of a key: a stale owner of a reused key never reaches
@@ -26,19 +31,18 @@ func (r *Registry) Register(key string, rev int64, f func(cause error)) (unregis
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
-		r.m = map[owner]map[*func(error)]struct{}{}
-	}
-	if r.m[o] == nil {
-		r.m[o] = map[*func(error)]struct{}{}
+		r.m = map[owner][]*func(error){}
 	}
 	p := &f
-	r.m[o][p] = struct{}{}
+	r.m[o] = append(r.m[o], p)
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		delete(r.m[o], p)
-		if len(r.m[o]) == 0 {
+		fs := slices.DeleteFunc(r.m[o], func(q *func(error)) bool { return q == p })
+		if len(fs) == 0 {
 			delete(r.m, o)
+		} else {
+			r.m[o] = fs
 		}
 	}
 }
@@ -54,9 +58,9 @@ func (r *Registry) Register(key string, rev int64, f func(cause error)) (unregis
 func (r *Registry) Lost(key string, rev int64, cause error) {
 	o := owner{key, rev}
 	r.mu.Lock()
-	fs := make([]func(error), 0, len(r.m[o]))
-	for f := range r.m[o] {
-		fs = append(fs, *f)
+	fs := make([]func(error), len(r.m[o]))
+	for i, f := range r.m[o] {
+		fs[i] = *f
 	}
 	r.mu.Unlock()
 	for _, f := range fs {
