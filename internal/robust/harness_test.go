@@ -117,13 +117,18 @@ func (h *harness) subprocess(name string) {
 // faultLoop injects a random fault every 0.3–1 s until done says so, then
 // waits for the faults under way to end.
 func (h *harness) faultLoop(ctx context.Context, hist *history, done func() bool) {
-	kinds := append([]func(){h.blackhole, h.sigstop, h.sigkill, h.stopMember, h.stopLeader,
-		func() { h.compact(hist) }, h.revoke, h.deleteOwner}, h.extra...)
+	kinds := h.kinds(hist)
 	for ctx.Err() == nil && !done() {
 		pause(ctx, time.Duration(300+h.rng.IntN(700))*time.Millisecond)
 		kinds[h.rng.IntN(len(kinds))]()
 	}
 	h.settle()
+}
+
+// kinds is the fault mix: the common faults, then the workload's own.
+func (h *harness) kinds(hist *history) []func() {
+	return append([]func(){h.blackhole, h.sigstop, h.sigkill, h.stopMember, h.stopLeader,
+		func() { h.compact(hist) }, h.revoke, h.deleteOwner}, h.extra...)
 }
 
 // settle waits for the faults under way to end.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -38,9 +39,11 @@ import (
 // heap, sessions (leases granted and not revoked) and open watches (census),
 // and the test its own and the cluster's keys, leases, watchers and
 // watch streams. Checks: both workloads' violations, none; at each pause of
-// the faults (every quarter of the run, or every 5 minutes if that is
+// the faults (every quarter of the run, or every 3 minutes if that is
 // sooner), one lease per live session and the
-// keys back to their level at the first pause; no judged series grows over
+// keys back to their level at the first pause, and again after one fault
+// of the mix run alone (the next kind in turn: an hour runs each kind
+// alone at least once); no judged series grows over
 // the last half; each lifelong worker reported in at least half the last
 // half's rows; once the workers stop, no key and no lease is left.
 // LEASEHOLD_SOAK_SVG names the plot's file (else one in a temp dir);
@@ -97,15 +100,21 @@ func TestSoak(t *testing.T) {
 		sm.run(ctx, c, start, every)
 	}()
 	// Faults overlap (one starts every 0.3-1 s, each lasts past the TTL):
-	// every quarter of the run, or 5 minutes if sooner, they pause until the
-	// ones under way end, and keys and leases must come back to the
-	// workload's level.
+	// every quarter of the run, or soakPauseEvery if sooner, they pause
+	// until the ones under way end, and keys and leases must come back to
+	// the workload's level. Then one fault of the mix runs alone, the next
+	// kind in turn, and they must come back again: what a fault leaves
+	// behind is then its own.
 	window, steady := max(every, min(length/4, soakPauseEvery)), int64(-1)
+	kinds, probes := lock.kinds(hist), 0
 	for end := start.Add(window); time.Since(start) < length; end = time.Now().Add(window) {
 		lock.faultLoop(ctx, hist, func() bool { return time.Now().After(end) || time.Since(start) > length })
 		group.settle()
 		if time.Since(start) < length {
-			steady = waitSteady(t, c, lock, group, steady)
+			steady = waitSteady(t, c, lock, group, steady, "the faults")
+			alone := probe(lock, group, kinds[probes%len(kinds)])
+			probes++
+			steady = waitSteady(t, c, lock, group, steady, alone+" alone")
 		}
 	}
 	dumpGoroutines(t)
@@ -158,20 +167,20 @@ func TestSoak(t *testing.T) {
 	})
 }
 
-// waitSteady waits, once the faults under way have ended, for etcd to hold
-// one lease per live session (each lock worker one, each group replica
-// three) and no more keys than at the first such pause (steady < 0: this
-// is the first, and it sets the level), give or take the workload's own
-// swing. It returns the level.
-func waitSteady(t *testing.T, c *fencingtest.Cluster, lock, group *harness, steady int64) int64 {
+// waitSteady waits, once the faults under way (after names them) have
+// ended, for etcd to hold one lease per live session (each lock worker
+// one, each group replica three) and no more keys than at the first such
+// pause (steady < 0: this is the first, and it sets the level), give or
+// take the workload's own swing. It returns the level.
+func waitSteady(t *testing.T, c *fencingtest.Cluster, lock, group *harness, steady int64, after string) int64 {
 	want := int64(lock.live(3) + 3*group.live(2))
 	var keys, leases int64
-	fencingtest.WaitFor(t, time.Minute, "keys and leases back to the workload's level after the faults", func() bool {
+	fencingtest.WaitFor(t, time.Minute, "keys and leases back to the workload's level after "+after, func() bool {
 		k, l, err := keysAndLeases(t.Context(), c)
 		keys, leases = k, l
 		return err == nil && l == want && (steady < 0 || k <= steady+steadySwing)
 	})
-	t.Logf("after the faults: %d leases, %d keys (level %d)", leases, keys, steady)
+	t.Logf("after %s: %d leases, %d keys (level %d)", after, leases, keys, steady)
 	if steady < 0 {
 		return keys
 	}
@@ -179,9 +188,35 @@ func waitSteady(t *testing.T, c *fencingtest.Cluster, lock, group *harness, stea
 }
 
 // soakPauseEvery is the longest stretch of faults between two checks of
-// the workload's level: an hour's soak checks it about eleven times (a
-// pause, up to a minute, delays the next stretch).
-const soakPauseEvery = 5 * time.Minute
+// the workload's level: an hour's soak pauses about 17 times (a pause
+// delays the next stretch), enough for each of the mix's 14 kinds of
+// fault to run alone at least once.
+const soakPauseEvery = 3 * time.Minute
+
+// probe runs fault alone, waits for it to end, and names it by the count it
+// added to the harnesses' tallies ("no fault" if its target was busy or
+// gone).
+func probe(lock, group *harness, fault func()) string {
+	before := map[*harness]map[string]int{lock: lock.tally(), group: group.tally()}
+	fault()
+	lock.settle()
+	group.settle()
+	for h, was := range before {
+		for kind, n := range h.tally() {
+			if n > was[kind] {
+				return h.impl + " " + kind
+			}
+		}
+	}
+	return "no fault"
+}
+
+// tally returns a copy of the harness's fault counts.
+func (h *harness) tally() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.faults)
+}
 
 // steadySwing is how far the keys move with the workload alone: waiters
 // queue and leave, elections are contested.
