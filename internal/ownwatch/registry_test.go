@@ -20,13 +20,26 @@ func TestRegistryReachesEachRegistrationOnce(t *testing.T) {
 	stopC := reg.Register("k", 1, on("c"))
 	stopNext := reg.Register("k", 2, on("next"))
 	stopB()
-	stopB() // twice is harmless: the tenure and a watch may both unregister on the way out
+	stopB() // unregistering is idempotent
+	// A registration may unregister itself, and register again, from its
+	// callback: Lost calls them with no lock held.
+	var stopD, stopE func()
+	stopD = reg.Register("k", 1, func(error) {
+		heard["d"]++
+		stopD()
+		stopE = reg.Register("k", 1, on("e"))
+	})
 	reg.Lost("k", 1, errors.New("gone"))
-	if want := map[string]int{"a": 1, "c": 1}; !maps.Equal(heard, want) {
+	if want := map[string]int{"a": 1, "c": 1, "d": 1}; !maps.Equal(heard, want) {
 		t.Fatalf("after b unregistered and k@1 was lost, heard %v; want %v", heard, want)
+	}
+	reg.Lost("k", 1, errors.New("gone again"))
+	if want := map[string]int{"a": 2, "c": 2, "d": 1, "e": 1}; !maps.Equal(heard, want) {
+		t.Fatalf("after d unregistered itself for e, and k@1 was lost again, heard %v; want %v", heard, want)
 	}
 	stopA()
 	stopC()
+	stopE()
 	if reg.Len() != 1 {
 		t.Fatalf("%d ownerships registered with only k@2 left; want 1", reg.Len())
 	}

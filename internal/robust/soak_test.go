@@ -40,10 +40,10 @@ import (
 // and the test its own and the cluster's keys, leases, watchers and
 // watch streams. Checks: both workloads' violations, none; at each pause of
 // the faults (every quarter of the run, or every 3 minutes if that is
-// sooner), one lease per live session and the
-// keys back to their level at the first pause, and again after one fault
-// of the mix run alone (the next kind in turn: an hour runs each kind
-// alone at least once); no judged series grows over
+// sooner), one lease per live session and the keys back to their level
+// at the first pause and holding there, and again after one fault of the
+// mix run alone (the next kind in turn: an hour runs each kind alone at
+// least once); no judged series grows over
 // the last half; each lifelong worker reported in at least half the last
 // half's rows; once the workers stop, no key and no lease is left.
 // LEASEHOLD_SOAK_SVG names the plot's file (else one in a temp dir);
@@ -106,16 +106,19 @@ func TestSoak(t *testing.T) {
 	// kind in turn, and they must come back again: what a fault leaves
 	// behind is then its own.
 	window, steady := max(every, min(length/4, soakPauseEvery)), int64(-1)
-	kinds, probes := lock.kinds(hist), 0
+	kinds, alone := lock.kinds(hist), []string(nil)
 	for end := start.Add(window); time.Since(start) < length; end = time.Now().Add(window) {
 		lock.faultLoop(ctx, hist, func() bool { return time.Now().After(end) || time.Since(start) > length })
 		group.settle()
 		if time.Since(start) < length {
 			steady = waitSteady(t, c, lock, group, steady, "the faults")
-			alone := probe(lock, group, kinds[probes%len(kinds)])
-			probes++
-			steady = waitSteady(t, c, lock, group, steady, alone+" alone")
+			alone = append(alone, probe(lock, group, kinds[len(alone)%len(kinds)]))
+			steady = waitSteady(t, c, lock, group, steady, alone[len(alone)-1]+" alone")
 		}
+	}
+	t.Logf("faults run alone, in turn: %v", alone)
+	if length >= time.Hour && len(alone) < len(kinds) {
+		t.Errorf("%d faults run alone in %v, fewer than the mix's %d kinds", len(alone), length, len(kinds))
 	}
 	dumpGoroutines(t)
 	live, locking := group.live(2), lock.live(3)
@@ -171,14 +174,23 @@ func TestSoak(t *testing.T) {
 // ended, for etcd to hold one lease per live session (each lock worker
 // one, each group replica three) and no more keys than at the first such
 // pause (steady < 0: this is the first, and it sets the level), give or
-// take the workload's own swing. It returns the level.
+// take the workload's own swing, without a break for steadyFor. It returns
+// the level.
 func waitSteady(t *testing.T, c *fencingtest.Cluster, lock, group *harness, steady int64, after string) int64 {
 	want := int64(lock.live(3) + 3*group.live(2))
 	var keys, leases int64
-	fencingtest.WaitFor(t, time.Minute, "keys and leases back to the workload's level after "+after, func() bool {
+	var since time.Time // when the level was last reached, zero while not there
+	fencingtest.WaitFor(t, time.Minute, "keys and leases back to the workload's level, and holding, after "+after, func() bool {
 		k, l, err := keysAndLeases(t.Context(), c)
 		keys, leases = k, l
-		return err == nil && l == want && (steady < 0 || k <= steady+steadySwing)
+		if err != nil || l != want || (steady >= 0 && k > steady+steadySwing) {
+			since = time.Time{}
+			return false
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) > steadyFor
 	})
 	t.Logf("after %s: %d leases, %d keys (level %d)", after, leases, keys, steady)
 	if steady < 0 {
@@ -188,14 +200,20 @@ func waitSteady(t *testing.T, c *fencingtest.Cluster, lock, group *harness, stea
 }
 
 // soakPauseEvery is the longest stretch of faults between two checks of
-// the workload's level: an hour's soak pauses about 17 times (a pause
-// delays the next stretch), enough for each of the mix's 14 kinds of
-// fault to run alone at least once.
+// the workload's level: an hour's soak pauses more often than the mix has
+// kinds of fault (TestSoak checks it), so that each runs alone.
 const soakPauseEvery = 3 * time.Minute
 
+// steadyFor is how long the level must hold without a break: past a
+// lease's TTL and etcd's expiry scan, so that a check right after a fault
+// that acts at once (a SIGKILL: the dead worker's lease still counted in
+// place of its replacement's, not yet granted) cannot pass before the
+// fault has had its effect.
+const steadyFor = 2*ttl + time.Second
+
 // probe runs fault alone, waits for it to end, and names it by the count it
-// added to the harnesses' tallies ("no fault" if its target was busy or
-// gone).
+// added to the harnesses' tallies, with the workload it aims at ("no fault"
+// if its target was busy or gone, or its request failed).
 func probe(lock, group *harness, fault func()) string {
 	before := map[*harness]map[string]int{lock: lock.tally(), group: group.tally()}
 	fault()
@@ -203,13 +221,23 @@ func probe(lock, group *harness, fault func()) string {
 	group.settle()
 	for h, was := range before {
 		for kind, n := range h.tally() {
-			if n > was[kind] {
-				return h.impl + " " + kind
+			switch {
+			case n <= was[kind]:
+			case clusterFault[kind]:
+				return kind
+			case h == lock:
+				return "lock " + kind
+			default:
+				return "group " + kind
 			}
 		}
 	}
 	return "no fault"
 }
+
+// clusterFault marks the kinds of fault that aim at the cluster, not at
+// one workload.
+var clusterFault = map[string]bool{"stop-member": true, "stop-leader": true, "compact": true, "revoke": true, "move-leader": true}
 
 // tally returns a copy of the harness's fault counts.
 func (h *harness) tally() map[string]int {
