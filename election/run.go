@@ -363,6 +363,12 @@ func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error)
 			return t, nil
 		}
 		r.giveWay(ctx, t, r.cand.preemption())
+		if r.s == nil {
+			// The resign failed, and resignFailed closed the session to
+			// hand over: the candidacy went with it, and Run campaigns
+			// again on a new one.
+			return nil, fmt.Errorf("election: gave way to a preferred candidate: %w: resign failed", fencing.ErrSessionClosed)
+		}
 	}
 }
 
