@@ -482,6 +482,73 @@ func TestRankedRunReturnsWhileOutranked(t *testing.T) {
 	f.check("high")
 }
 
+// A ranked Run that wins a term just as a preferred candidate appears
+// resigns it before any work. When that resign fails, Run closes its session
+// to hand over, and campaigns again on a new one, outranked: it waits, and
+// leads once the preferred candidate goes. (It went on with the closed
+// session's nil candidacy and crashed, once in CI.) The preferred record is
+// written while low's enqueue is held, and low's watch of the records is
+// held, so that only the enqueue's read of the records finds it.
+func TestRankedGaveWayResignFails(t *testing.T) {
+	c := fencingtest.Single(t)
+	queue := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindElection), fleetName)
+	enqueuing, proceed := make(chan struct{}), make(chan struct{})
+	var enqueues, refusals atomic.Int32
+	intercept := etcdtest.Unary(func(ctx context.Context, method string, req, reply any,
+		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		switch r := req.(type) {
+		case *etcdserverpb.TxnRequest:
+			if putsUnder(r, queue) && enqueues.Add(1) == 1 {
+				close(enqueuing)
+				<-proceed
+			}
+		case *etcdserverpb.DeleteRangeRequest:
+			if strings.HasPrefix(string(r.Key), queue) && refusals.Add(1) == 1 {
+				return rpctypes.ErrGRPCPermissionDenied // the resign of the term given way
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	h := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindCandidate), fleetName))
+	f := newFleet(t, c)
+	f.start("low", c.Client(t, h.option(), intercept), election.Priority(1))
+	select {
+	case <-enqueuing:
+	case <-time.After(wait):
+		t.Fatalf("no enqueue by low after %v", wait)
+	}
+	high := newSession(t, c.Client(t), fencing.WithIdentity("high"))
+	defer election.JoinCandidates(high, fleetName, 2)()
+	f.waitCandidates("high")
+	close(proceed)
+	fencingtest.WaitFor(t, wait, "low's resign refused", func() bool { return refusals.Load() == 1 })
+	close(h.release)
+	// Low's first session is closed: its record and key go with its lease.
+	// Its next session writes a record and, outranked, does not queue.
+	fencingtest.WaitFor(t, wait, "low's next record, and no key queued", func() bool {
+		q := c.Queue(t, fencing.KindElection, fleetName)
+		return len(q.Candidates) == 2 && len(q.Entries) == 0
+	})
+	if err := high.Close(fencingtest.Context(t, wait)); err != nil { // its record goes with its lease
+		t.Fatal(err)
+	}
+	f.waitLeader("low")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// The next session may win a term and give it up too: until its first
+	// enqueue reads the records, it ranks as preferred.
+	if !slices.Equal(f.starts, []string{"low"}) || len(f.terms) < 2 {
+		t.Fatalf("works started on %v and terms won by %v, want [low] and a term given way before it", f.starts, f.terms)
+	}
+}
+
+// putsUnder reports whether txn puts a key under prefix when it succeeds.
+func putsUnder(txn *etcdserverpb.TxnRequest, prefix string) bool {
+	return slices.ContainsFunc(txn.Success, func(op *etcdserverpb.RequestOp) bool {
+		return strings.HasPrefix(string(op.GetRequestPut().GetKey()), prefix)
+	})
+}
+
 // A ranked replica whose user may use the election's keys but not the
 // candidates' fails with etcd's permission error, also while it waits
 // behind a leader (its enqueue goes out along with its record's write), and
