@@ -13,3 +13,10 @@ func (r *Registry) Len() int {
 	defer r.mu.Unlock()
 	return len(r.m)
 }
+
+// Creating returns the capacity kept for creates not yet answered.
+func (m *Mux) Creating() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return cap(m.creating)
+}

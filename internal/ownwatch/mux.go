@@ -216,7 +216,9 @@ func (m *Mux) route(resp *pb.WatchResponse) (created bool) {
 		if id == clientv3.InvalidWatchID {
 			id = m.creating[0]
 		}
-		m.creating = m.creating[1:]
+		if m.creating = m.creating[1:]; len(m.creating) == 0 {
+			m.creating = nil // a burst's array goes, not kept by its empty tail
+		}
 	}
 	w := m.ws[id]
 	created = resp.Created && !resp.Canceled

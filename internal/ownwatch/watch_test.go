@@ -315,8 +315,8 @@ func TestWatchGoroutineBelongsToTheSession(t *testing.T) {
 
 // A Mux serves many watches with a fixed number of goroutines, all run
 // through the session's Go (the deferred Wait returns); a deletion ends only
-// its own key's context; a stopped watch leaves the Mux; and a session that
-// has ended starts nothing.
+// its own key's context; a stopped watch leaves the Mux, and the burst of
+// creates leaves no room kept; and a session that has ended starts nothing.
 func TestMuxServesManyWatches(t *testing.T) {
 	c := fencingtest.Single(t)
 	cli := c.Client(t)
@@ -345,6 +345,9 @@ func TestMuxServesManyWatches(t *testing.T) {
 	}
 	if mux.Watches() != n {
 		t.Errorf("the Mux serves %d watches, want %d", mux.Watches(), n)
+	}
+	if c := mux.Creating(); c != 0 {
+		t.Errorf("every create answered, and the Mux keeps room for %d", c)
 	}
 	c.Delete(t, "mux/7")
 	if cause := fencingtest.Ended(t, ws[7].Context(), wait, "mux/7 deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
