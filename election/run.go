@@ -326,7 +326,8 @@ func (r *runner) campaign(ctx context.Context) (*Term, error) {
 
 // campaignRanked waits until no live candidate ranks above this replica,
 // then campaigns while that holds. A term won just as a preferred candidate
-// appeared is resigned before any work starts.
+// appeared is resigned before any work starts; if that resign fails, the
+// session was closed to hand over, and the error wraps ErrSessionClosed.
 func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error) {
 	e.q.Extra = &revqueue.Extra{Also: []clientv3.Op{r.cand.readRecords()}}
 	defer r.cand.firstDone() // if no campaign wrote the record, follow does
@@ -362,12 +363,12 @@ func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error)
 		if ok, _ := r.cand.preferred(); ok {
 			return t, nil
 		}
-		r.giveWay(ctx, t, r.cand.preemption())
-		if r.s == nil {
-			// The resign failed, and resignFailed closed the session to
-			// hand over: the candidacy went with it, and Run campaigns
-			// again on a new one.
-			return nil, fmt.Errorf("election: gave way to a preferred candidate: %w: resign failed", fencing.ErrSessionClosed)
+		if err := r.giveWay(ctx, t, r.cand.preemption()); err != nil && r.s == nil {
+			// resignFailed closed the session to hand over: the candidacy
+			// went with it, and Run campaigns again on a new one. The
+			// resign's error is told, not wrapped: it is not the campaign's
+			// (a refusal to delete must not end Run as a refused campaign).
+			return nil, fmt.Errorf("election: gave way to a preferred candidate: %w: resign: %v", fencing.ErrSessionClosed, err)
 		}
 	}
 }
@@ -406,11 +407,15 @@ func (r *runner) untilPreferred(ctx context.Context) error {
 	}
 }
 
-// giveWay resigns a term no work ran under, with cause as the reason.
-func (r *runner) giveWay(ctx context.Context, t *Term, cause error) {
+// giveWay resigns a term no work ran under, with cause as the reason, and
+// returns the resign's error: errResigned when it went.
+func (r *runner) giveWay(ctx context.Context, t *Term, cause error) error {
 	gctx, cancel := context.WithCancelCause(ctx)
 	cancel(cause)
-	r.resign(gctx, t)
+	if err := r.resign(gctx, t); !errors.Is(err, errResigned) {
+		return err
+	}
+	return nil
 }
 
 // campaignFailed returns err when no retry can help (etcd refused the
