@@ -14,9 +14,10 @@ func (r *Registry) Len() int {
 	return len(r.m)
 }
 
-// Creating returns the capacity kept for creates not yet answered.
-func (m *Mux) Creating() int {
+// KeepsCreates reports whether the Mux holds an array for creates not yet
+// answered.
+func (m *Mux) KeepsCreates() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return cap(m.creating)
+	return m.creating != nil
 }
