@@ -498,20 +498,16 @@ func TestRankedGaveWayResignFails(t *testing.T) {
 	var enqueues, deletes atomic.Int32
 	intercept := etcdtest.Unary(func(ctx context.Context, method string, req, reply any,
 		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		switch r := req.(type) {
-		case *etcdserverpb.TxnRequest:
-			if putsUnder(r, queue) && enqueues.Add(1) == 1 {
-				close(enqueuing)
-				select {
-				case <-proceed:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
+		switch {
+		case fencingtest.PutsUnder(req, queue) && enqueues.Add(1) == 1:
+			close(enqueuing)
+			select {
+			case <-proceed:
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-		case *etcdserverpb.DeleteRangeRequest:
-			if strings.HasPrefix(string(r.Key), queue) && deletes.Add(1) == 1 {
-				return rpctypes.ErrGRPCPermissionDenied // the resign of the term given way
-			}
+		case fencingtest.DeletesUnder(req, queue) && deletes.Add(1) == 1:
+			return rpctypes.ErrGRPCPermissionDenied // the resign of the term given way
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
@@ -545,13 +541,6 @@ func TestRankedGaveWayResignFails(t *testing.T) {
 	if want := []string{"low", "low", "low"}; !slices.Equal(f.starts, []string{"low"}) || !slices.Equal(f.terms, want) {
 		t.Fatalf("works started on %v and terms won by %v, want [low] and %v", f.starts, f.terms, want)
 	}
-}
-
-// putsUnder reports whether txn puts a key under prefix when it succeeds.
-func putsUnder(txn *etcdserverpb.TxnRequest, prefix string) bool {
-	return slices.ContainsFunc(txn.Success, func(op *etcdserverpb.RequestOp) bool {
-		return strings.HasPrefix(string(op.GetRequestPut().GetKey()), prefix)
-	})
 }
 
 // A ranked replica whose user may use the election's keys but not the

@@ -363,7 +363,7 @@ func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error)
 		if ok, _ := r.cand.preferred(); ok {
 			return t, nil
 		}
-		if err := r.giveWay(ctx, t, r.cand.preemption()); err != nil && r.s == nil {
+		if err := r.giveWay(ctx, t, r.cand.preemption()); r.s == nil {
 			// resignFailed closed the session to hand over: the candidacy
 			// went with it, and Run campaigns again on a new one. The
 			// resign's error is told, not wrapped: it is not the campaign's
@@ -408,14 +408,11 @@ func (r *runner) untilPreferred(ctx context.Context) error {
 }
 
 // giveWay resigns a term no work ran under, with cause as the reason, and
-// returns the resign's error: errResigned when it went.
+// returns what resign reports.
 func (r *runner) giveWay(ctx context.Context, t *Term, cause error) error {
 	gctx, cancel := context.WithCancelCause(ctx)
 	cancel(cause)
-	if err := r.resign(gctx, t); !errors.Is(err, errResigned) {
-		return err
-	}
-	return nil
+	return r.resign(gctx, t)
 }
 
 // campaignFailed returns err when no retry can help (etcd refused the
