@@ -193,12 +193,13 @@ func costHelper(args []string) int {
 		stop := leadAll(ctx, cli, args[3], n)
 		defer stop() // the group's sessions revoked before the process exits
 	case "semwait":
-		queueAll(ctx, s, &ctr, args[3], n)
+		err = queueAll(ctx, s, &ctr, args[3], n)
 	default:
-		if err := holdOrWait(ctx, s, &ctr, args[1] == "wait", args[3], n); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
+		err = holdOrWait(ctx, s, &ctr, args[1] == "wait", args[3], n)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	if path := os.Getenv("LEASEHOLD_COST_PROFILE"); path != "" {
 		writeProfiles(path) // before the report: the benchmark ends the process after it
@@ -213,10 +214,11 @@ func costHelper(args []string) int {
 // waiters, on s, and returns once each has its watch.
 func holdOrWait(ctx context.Context, s *fencing.Session, ctr *etcdtest.Counter, wait bool, prefix string, n int) error {
 	watches := ctr.Requests("Watch")
+	returned := make(chan error, 1) // a waiter that stopped waiting
 	for i := range n {
 		m, _ := fencing.NewMutex(s, fmt.Sprint(prefix, i))
 		if wait {
-			go m.Lock(ctx) // waits for as long as the process lives
+			go waitOn(returned, i, func() error { _, err := m.Lock(ctx); return err })
 			continue
 		}
 		h, err := m.TryLock(ctx)
@@ -225,33 +227,48 @@ func holdOrWait(ctx context.Context, s *fencing.Session, ctr *etcdtest.Counter, 
 		}
 		h.Context() // the hold's watch: what ends the context on a loss
 	}
-	settle(ctr, watches+n)
-	return nil
+	return settle(ctr, watches+n, returned)
 }
 
 // queueAll starts n Acquire calls, semaphoreQueue on each of the
 // semaphores prefix0 …, and returns once each has its watch.
-func queueAll(ctx context.Context, s *fencing.Session, ctr *etcdtest.Counter, prefix string, n int) {
+func queueAll(ctx context.Context, s *fencing.Session, ctr *etcdtest.Counter, prefix string, n int) error {
 	watches := ctr.Requests("Watch")
+	returned := make(chan error, 1)
 	for i := range n {
 		m, _ := fencing.NewSemaphore(s, fmt.Sprint(prefix, i/semaphoreQueue), semaphoreLimit)
-		go m.Acquire(ctx) // waits for as long as the process lives
+		go waitOn(returned, i, func() error { _, err := m.Acquire(ctx); return err })
 	}
-	settle(ctr, watches+n)
+	return settle(ctr, watches+n, returned)
+}
+
+// waitOn runs waiter i, which waits for as long as the process lives, and
+// reports on returned (unless a report is pending) if it stops waiting.
+func waitOn(returned chan<- error, i int, wait func() error) {
+	err := wait()
+	select {
+	case returned <- fmt.Errorf("waiter %d stopped waiting: %v", i, err):
+	default:
+	}
 }
 
 // settle returns once the process has sent watches watch requests and its
 // goroutine count has stopped falling: the reads that arm the watches run
-// in goroutines of their own until they return.
-func settle(ctr *etcdtest.Counter, watches int) {
+// in goroutines of their own until they return. It returns the error of
+// a waiter that stopped waiting instead, if one does first.
+func settle(ctr *etcdtest.Counter, watches int, returned <-chan error) error {
 	for ctr.Requests("Watch") < watches {
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case err := <-returned:
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	for last := runtime.NumGoroutine(); ; {
 		time.Sleep(500 * time.Millisecond)
 		now := runtime.NumGoroutine()
 		if now >= last {
-			return
+			return nil
 		}
 		last = now
 	}
