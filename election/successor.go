@@ -90,7 +90,11 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 	wait := retry.MinBackoff // doubles while watches fail to arm, as the candidacy's
 	for ctx.Err() == nil {
 		if read {
-			resp, err := c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
+			var resp *clientv3.GetResponse
+			err := c.link.Latency.Once(ctx, func() (err error) {
+				resp, err = c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
+				return err
+			})
 			if err != nil {
 				retry.Pause(ctx, retry.MinBackoff)
 				continue

@@ -14,6 +14,9 @@ const (
 	// MinTTL is the shortest TTL NewSession accepts: below it, an etcd
 	// leader election alone (which extends leases) dominates the lease.
 	MinTTL = 2 * time.Second
+	// DefaultMaxInFlight is how many requests a session sends to etcd at
+	// once without WithMaxInFlight.
+	DefaultMaxInFlight = 512
 	// minMargin is the floor of the default safety margin.
 	minMargin = 500 * time.Millisecond
 )
@@ -72,8 +75,22 @@ func WithRoot(root string) SessionOption {
 	return func(c *sessionConfig) { c.Root = root }
 }
 
+// WithMaxInFlight lets at most n of the session's requests to etcd be out
+// at once: those its locks, semaphores, elections and guarded writes send
+// (the lease's renewals are apart, and never wait). Calls beyond it wait
+// their turn, first come first served, within their ctx. However many calls
+// run on the session at once (a hundred thousand Locks started together),
+// the renewal then waits behind at most n requests, not the burst, and the
+// session keeps its lease; etcd is spared the burst too. Unset:
+// DefaultMaxInFlight, far above what one session's calls need to keep etcd
+// busy. Requests the caller sends on the same client itself are not
+// counted. NewSession returns ErrInvalidArgument when n < 1.
+func WithMaxInFlight(n int) SessionOption {
+	return func(c *sessionConfig) { c.InFlight = n }
+}
+
 func newSessionConfig(opts []SessionOption) (sessionConfig, error) {
-	c := sessionConfig{TTL: DefaultTTL, Root: DefaultRoot}
+	c := sessionConfig{TTL: DefaultTTL, Root: DefaultRoot, InFlight: DefaultMaxInFlight}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: nil option", ErrInvalidArgument)
@@ -82,6 +99,9 @@ func newSessionConfig(opts []SessionOption) (sessionConfig, error) {
 	}
 	if err := validRoot(c.Root); err != nil {
 		return c, err
+	}
+	if c.InFlight < 1 {
+		return c, fmt.Errorf("%w: %d requests in flight, below 1", ErrInvalidArgument, c.InFlight)
 	}
 	if c.TTL < MinTTL {
 		return c, fmt.Errorf("%w: TTL %v below %v", ErrInvalidArgument, c.TTL, MinTTL)

@@ -97,6 +97,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 		Latency:      new(retry.Latency),
 	}
 	s.link.Latency.Observe(time.Since(sent)) // the grant's round trip
+	s.link.Latency.SetLimit(cfg.InFlight)
 	s.ctx, s.cancel = sessionlink.With(life, s.link), cancel
 	s.link.Life = s.ctx
 	s.link.Watches = ownwatch.NewMux(cli, s.ctx, s.background)

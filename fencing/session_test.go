@@ -52,6 +52,14 @@ func TestNewSessionRejectsBadInput(t *testing.T) {
 			_, err := fencing.NewSession(ctx, c.Admin, fencing.WithTTL(4*time.Second), fencing.WithSafetyMargin(2*time.Second))
 			return err
 		}, fencing.ErrInvalidArgument},
+		{"no request in flight", func() error {
+			_, err := fencing.NewSession(ctx, c.Admin, fencing.WithMaxInFlight(0))
+			return err
+		}, fencing.ErrInvalidArgument},
+		{"negative requests in flight", func() error {
+			_, err := fencing.NewSession(ctx, c.Admin, fencing.WithMaxInFlight(-1))
+			return err
+		}, fencing.ErrInvalidArgument},
 		{"nil option", func() error { _, err := fencing.NewSession(ctx, c.Admin, nil); return err }, fencing.ErrInvalidArgument},
 		{"nil session", func() error { _, err := fencing.NewMutex(nil, "a"); return err }, fencing.ErrInvalidArgument},
 	} {

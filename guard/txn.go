@@ -68,9 +68,11 @@ func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
 // compares held, Responses are the results of the branch that ran. The
 // ownership check is linearizable whatever the caller's ops (even none, or
 // serializable reads): no lagging etcd member can vouch for a lost owner.
-// It returns by ctx's deadline. A nil ctx or owner, or an owner whose session
-// NewSession did not make, returns fencing.ErrInvalidArgument and sends
-// nothing.
+// It returns by ctx's deadline, which includes any wait for a place among
+// the session's requests in flight (fencing.WithMaxInFlight): a txn whose
+// ctx ends there was not sent, and its error is ctx's. A nil ctx or owner,
+// or an owner whose session NewSession did not make, returns
+// fencing.ErrInvalidArgument and sends nothing.
 //
 // Commit sends the txn once and never again on its own: the caller's writes
 // may not be idempotent. When no answer came back it returns an error
@@ -105,7 +107,8 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		// the flat form means the same, for less work.
 		txn = txn.Then(g.thens...)
 	}
-	resp, err := txn.Commit()
+	var resp *clientv3.TxnResponse
+	err = l.Latency.Once(g.ctx, func() (err error) { resp, err = txn.Commit(); return err })
 	if err != nil && retry.Unknown(err) {
 		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.o.Token(), ErrOutcomeUnknown, err)
 	}

@@ -11,7 +11,9 @@ import (
 // enqueue under Background and of an Unlock's delete (a ctx that never
 // ends; life is the session's or the client's): a view of ctx joining a
 // shared bound. "bounded-caller-ctx" is a Lock's enqueue under a caller's
-// cancelable ctx; "bounded-own-life" a wait's read, whose life is its ctx.
+// cancelable ctx; "bounded-own-life" a wait's read, whose life is its ctx;
+// "bounded-limited" is "bounded" taking a place among a session's requests
+// in flight (SetLimit), as every attempt of a session does.
 func BenchmarkAttempt(b *testing.B) {
 	life, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -31,9 +33,13 @@ func BenchmarkAttempt(b *testing.B) {
 		{"bounded", func(lat *Latency) error { return Attempt(context.Background(), life, lat, 0, send) }},
 		{"bounded-caller-ctx", func(lat *Latency) error { return Attempt(caller, life, lat, 0, send) }},
 		{"bounded-own-life", func(lat *Latency) error { return Attempt(life, life, lat, 0, send) }},
+		{"bounded-limited", func(lat *Latency) error { return Attempt(context.Background(), life, lat, 0, send) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			var lat Latency
+			if bc.name == "bounded-limited" {
+				lat.SetLimit(512)
+			}
 			b.ReportAllocs()
 			for b.Loop() { // one goroutine: ns/op is CPU per attempt
 				if err := bc.run(&lat); err != nil {

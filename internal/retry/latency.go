@@ -9,10 +9,13 @@ import (
 // by a session's keepalives and by the library's own requests, to bound each
 // attempt of a retried one. The zero value is ready; a nil *Latency
 // estimates zero. It also keeps the bounds that attempts of one session
-// share (see shared).
+// share (see shared), and the session's places for attempts in flight (see
+// SetLimit).
 type Latency struct {
-	ns     atomic.Int64
-	shared [3]atomic.Pointer[shared]
+	ns      atomic.Int64
+	shared  [3]atomic.Pointer[shared]
+	places  chan struct{} // one value per attempt in flight; nil: no limit
+	waiting atomic.Int64  // attempts waiting for a place
 }
 
 // Observe folds one measured request time in, with weight 1/8 (as TCP

@@ -128,13 +128,22 @@ func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(cont
 }
 
 // Attempt runs send with a ctx cancelled after Timeout(lat, n), or once
-// life ends, and feeds the time of an answered attempt to lat. A first
-// attempt may get up to an eighth less than its Timeout: the first attempts
-// of one life that start close together share their bound (see shared). An
+// life ends, and feeds the time of an answered attempt to lat. It first
+// waits for a place among lat's attempts in flight (see SetLimit); if ctx
+// or life ends first, it sends nothing and returns an error wrapping
+// ErrNotSent. A first attempt may get up to an eighth less than its
+// Timeout: the first attempts of one life that start close together share
+// their bound (see shared). An
 // attempt cut short by its own time returns an error wrapping ErrNoAnswer.
 // Under a ctx that never ends, what send starts on its ctx ends with that
 // shared bound, not when send returns: send must leave nothing running.
 func Attempt(ctx, life context.Context, lat *Latency, n int, send func(context.Context) error) error {
+	// The wait for a place is the client's, not etcd's: it is not part of
+	// the attempt's time, nor of the latency estimate.
+	if err := lat.enter(ctx, life); err != nil {
+		return err
+	}
+	defer lat.leave()
 	start := time.Now()
 	actx, d, b := bound(ctx, life, lat, n, start)
 	defer b.free()
@@ -187,9 +196,10 @@ func Rejected(err error) bool {
 // Unknown reports whether a write that failed with err may yet have been
 // applied: the request may have reached etcd and its reply been lost (a
 // timeout, a broken connection, ctx ending in flight). A refusal that etcd
-// answered (no leader, a dropped proposal, no permission) applied nothing.
+// answered (no leader, a dropped proposal, no permission) applied nothing,
+// nor did a request never sent (ErrNotSent).
 func Unknown(err error) bool {
-	return err != nil && !Rejected(err)
+	return err != nil && !Rejected(err) && !errors.Is(err, ErrNotSent)
 }
 
 // dropped reports a proposal raft refused before appending it (a leader

@@ -316,9 +316,13 @@ func ghostsUnder(ctx context.Context, s *Session, prefix string) ([]target, erro
 	var lives []target
 	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
-		gctx, cancel := context.WithTimeout(ctx, s.TTL/3)
-		got, err := s.Client.Get(gctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepPage))
-		cancel()
+		var got *clientv3.GetResponse
+		err := s.Latency.Once(ctx, func() (err error) {
+			gctx, cancel := context.WithTimeout(ctx, s.TTL/3)
+			defer cancel()
+			got, err = s.Client.Get(gctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepPage))
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -356,13 +360,14 @@ func ghost(s *Session, kv *mvccpb.KeyValue) bool {
 // (TestSweeperSparesReusedSlot), and a key under a shared range that only
 // looks like the session's is not its to delete.
 func removeGhost(ctx context.Context, s *Session, l target) bool {
-	_, err := s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
-		clientv3.Compare(clientv3.LeaseValue(l.key), "=", s.Lease)).
-		Then(clientv3.OpDelete(l.key)).Commit()
-	return err == nil
+	return s.Latency.Once(ctx, func() error {
+		_, err := s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
+			clientv3.Compare(clientv3.LeaseValue(l.key), "=", s.Lease)).
+			Then(clientv3.OpDelete(l.key)).Commit()
+		return err
+	}) == nil
 }
 
 func tryRemove(ctx context.Context, s *Session, key string) bool {
-	_, err := s.Client.Delete(ctx, key)
-	return err == nil
+	return s.Latency.Once(ctx, func() error { _, err := s.Client.Delete(ctx, key); return err }) == nil
 }

@@ -61,7 +61,8 @@ type Link struct {
 	// AcquireError maps why an acquire failed to fencing's sentinels.
 	AcquireError func(err error) error
 	// Latency estimates how long a request takes, to bound each attempt
-	// of a retried one.
+	// of a retried one, and holds the session's places for requests in
+	// flight: every request of the session's calls takes one.
 	Latency *retry.Latency
 }
 

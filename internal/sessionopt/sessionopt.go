@@ -18,4 +18,5 @@ type Config[O any] struct {
 	Identity  string
 	Root      string
 	Observer  O
+	InFlight  int // at most this many requests out at once
 }
