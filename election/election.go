@@ -145,7 +145,11 @@ func (e *Election) usable(ctx context.Context) error {
 // leader reads the oldest key of the queue (nil when empty) and the revision
 // of the read.
 func (e *Election) leader(ctx context.Context) (*Leader, int64, error) {
-	resp, err := e.s.Client().Get(ctx, e.q.Prefix, clientv3.WithFirstCreate()...)
+	var resp *clientv3.GetResponse
+	err := e.q.Latency.Once(ctx, e.s.Context(), func() (err error) {
+		resp, err = e.s.Client().Get(ctx, e.q.Prefix, clientv3.WithFirstCreate()...)
+		return err
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("election: leader %q: %w", e.name, err)
 	}

@@ -91,7 +91,7 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 	for ctx.Err() == nil {
 		if read {
 			var resp *clientv3.GetResponse
-			err := c.link.Latency.Once(ctx, func() (err error) {
+			err := c.link.Latency.Once(ctx, c.link.Life, func() (err error) {
 				resp, err = c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
 				return err
 			})

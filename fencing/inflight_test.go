@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/keyspace"
+	"google.golang.org/grpc"
 )
 
 // A burst of Lock calls on one session sends at most WithMaxInFlight
@@ -34,30 +38,97 @@ func TestSessionBoundsRequestsInFlight(t *testing.T) {
 
 // A Lock whose ctx ends while it waits for a place sent nothing: it
 // returns ctx's error, and its key goes back to the session's pool, not
-// retired and swept as after a request whose outcome is unknown.
+// retired and swept as after a request whose outcome is unknown. The one
+// place is taken by a guarded write held in the client, which no attempt
+// bound gives up.
 func TestLockGivesUpWaitingForAPlace(t *testing.T) {
 	s, f := etcdtest.LimitedSession(t, fencingtest.Single(t), 1)
+	h := lock(t, newMutex(t, s, "writer"))
 	f.Hold()
 	ctx := fencingtest.Context(t, wait)
-	first := make(chan error, 1)
-	go func() { _, err := newMutex(t, s, "first").Lock(ctx); first <- err }()
+	written := make(chan error, 1)
+	go func() { _, err := guard.Put(ctx, h, "data", "v"); written <- err }()
 	f.AwaitQueued(t, s, 1, 0)
 	short, cancel := context.WithCancel(ctx)
-	second := make(chan error, 1)
-	go func() { _, err := newMutex(t, s, "second").Lock(short); second <- err }()
+	locked := make(chan error, 1)
+	go func() { _, err := newMutex(t, s, "waits").Lock(short); locked <- err }()
 	f.AwaitQueued(t, s, 1, 1)
 	cancel()
-	if err := <-second; !errors.Is(err, context.Canceled) {
+	if err := <-locked; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock cancelled while waiting for a place: %v; want context.Canceled", err)
 	}
 	f.Release()
-	if err := <-first; err != nil {
-		t.Fatalf("first Lock: %v", err)
+	if err := <-written; err != nil {
+		t.Fatalf("guarded Put: %v", err)
 	}
-	if _, _, swept := fencing.KeyPoolSize(s); swept != 0 {
-		t.Errorf("%d keys retired and swept; want none: the cancelled Lock sent nothing", swept)
+	if _, inUse, swept := fencing.KeyPoolSize(s); inUse != 1 || swept != 0 {
+		t.Errorf("key pool: %d slots in use, %d queues swept; want 1 (the writer's), none: the cancelled Lock sent nothing", inUse, swept)
 	}
 	if got := f.Most(); got > 1 {
 		t.Errorf("%d requests were out at once; want 1", got)
+	}
+}
+
+// A cancelled Lock whose key is written deletes it in the background when
+// the session's places are all taken past the cleanup's budget: its delete
+// was never sent, so the slot stays in use until that background delete
+// returns, then goes back to the pool, neither retired nor swept. Both
+// places are taken by guarded writes held in the client; the Lock is
+// cancelled as its enqueue's answer comes back, and the second write waits
+// for the enqueue's place.
+func TestCleanupWaitsForAPlaceWithoutRetiring(t *testing.T) {
+	c := fencingtest.Single(t)
+	lock(t, newMutex(t, newSession(t, c.Client(t)), "contended")) // the Lock waits behind it
+	queue := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), "contended")
+	lockCtx, cancelLock := context.WithCancel(fencingtest.Context(t, wait))
+	defer cancelLock()
+	release := make(chan struct{})
+	var (
+		armed  atomic.Bool
+		s      *fencing.Session
+		h      *fencing.Hold
+		writes = make(chan error, 2)
+	)
+	write := func(key string) { _, err := guard.Put(fencingtest.Context(t, wait), h, key, "v"); writes <- err }
+	hold := etcdtest.Unary(func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if fencingtest.PutsUnder(req, "held/") {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		err := invoker(ctx, m, req, reply, cc, opts...)
+		if fencingtest.PutsUnder(req, queue) && armed.CompareAndSwap(true, false) {
+			go write("held/2") // takes the enqueue's place once it returns
+			fencingtest.Within(wait, func() bool { return etcdtest.Waiting(s) == 1 })
+			cancelLock()
+		}
+		return err
+	})
+	s, f := etcdtest.LimitedSession(t, c, 2, hold)
+	h = lock(t, newMutex(t, s, "writer"))
+	go write("held/1")
+	fencingtest.WaitFor(t, wait, "the first write to hold a place", func() bool { return f.Now() == 1 })
+	armed.Store(true)
+	if _, err := newMutex(t, s, "contended").Lock(lockCtx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock: %v; want context.Canceled", err)
+	}
+	fencingtest.WaitFor(t, wait, "the cleanup's delete to wait for a place", func() bool { return etcdtest.Waiting(s) >= 1 })
+	if _, inUse, swept := fencing.KeyPoolSize(s); inUse != 2 || swept != 0 {
+		t.Fatalf("key pool: %d slots in use, %d queues swept; want 2 (the writer's and the cancelled Lock's), none", inUse, swept)
+	}
+	close(release)
+	for range 2 {
+		if err := <-writes; err != nil {
+			t.Fatalf("guarded Put: %v", err)
+		}
+	}
+	fencingtest.WaitFor(t, wait, "the cancelled Lock's key to be deleted", func() bool {
+		_, inUse, _ := fencing.KeyPoolSize(s)
+		return inUse == 1 && len(c.Keys(t, queue)) == 1
+	})
+	if _, _, swept := fencing.KeyPoolSize(s); swept != 0 {
+		t.Errorf("%d queues swept; want none: the slot goes back to the pool", swept)
 	}
 }

@@ -70,7 +70,8 @@ func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
 // serializable reads): no lagging etcd member can vouch for a lost owner.
 // It returns by ctx's deadline, which includes any wait for a place among
 // the session's requests in flight (fencing.WithMaxInFlight): a txn whose
-// ctx ends there was not sent, and its error is ctx's. A nil ctx or owner,
+// ctx (or session) ends there was not sent, and its error wraps ctx's (or
+// the session's cause), not ErrOutcomeUnknown. A nil ctx or owner,
 // or an owner whose session NewSession did not make, returns
 // fencing.ErrInvalidArgument and sends nothing.
 //
@@ -108,7 +109,7 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		txn = txn.Then(g.thens...)
 	}
 	var resp *clientv3.TxnResponse
-	err = l.Latency.Once(g.ctx, func() (err error) { resp, err = txn.Commit(); return err })
+	err = l.Latency.Once(g.ctx, l.Life, func() (err error) { resp, err = txn.Commit(); return err })
 	if err != nil && retry.Unknown(err) {
 		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.o.Token(), ErrOutcomeUnknown, err)
 	}

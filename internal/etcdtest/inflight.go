@@ -61,10 +61,11 @@ func (f *InFlight) Most() int64 { return f.most.Load() }
 func Waiting(s *fencing.Session) int { return sessionlink.Of(s.Context()).Latency.Waiting() }
 
 // LimitedSession returns a session on c that lets at most limit requests
-// out at once, on a client of its own that f watches.
-func LimitedSession(t testing.TB, c *fencingtest.Cluster, limit int) (*fencing.Session, *InFlight) {
+// out at once, on a client of its own (with opts) that f watches.
+func LimitedSession(t testing.TB, c *fencingtest.Cluster, limit int, opts ...fencingtest.ClientOption) (*fencing.Session, *InFlight) {
 	f := NewInFlight()
-	return fencingtest.Session(t, c.Client(t, f.Option()), fencing.WithMaxInFlight(limit)), f
+	cli := c.Client(t, append([]fencingtest.ClientOption{f.Option()}, opts...)...)
+	return fencingtest.Session(t, cli, fencing.WithMaxInFlight(limit)), f
 }
 
 // AwaitQueued waits until out of s's requests are out and waiting wait for

@@ -299,7 +299,8 @@ func (w *Watcher) leaseCause(gone error, deleted bool) error {
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, leaseCheckTimeout)
 	defer cancel()
-	ttl, err := w.o.Client.TimeToLive(ctx, w.o.LeaseID)
+	var ttl *clientv3.LeaseTimeToLiveResponse
+	err := w.o.Latency.Once(ctx, ctx, func() (err error) { ttl, err = w.o.Client.TimeToLive(ctx, w.o.LeaseID); return err })
 	if err != nil || ttl.TTL > 0 {
 		return gone
 	}

@@ -22,7 +22,8 @@ var ErrNotSent = errors.New("not sent: the session's requests in flight at their
 func (l *Latency) SetLimit(n int) { l.places = make(chan struct{}, n) }
 
 // enter waits for a place in flight, or until ctx or life ends: then it
-// returns an error wrapping ErrNotSent and ctx's error, or life's cause.
+// returns an error wrapping ErrNotSent and ctx's error if ctx has ended,
+// else life's cause.
 func (l *Latency) enter(ctx, life context.Context) error {
 	if l == nil || l.places == nil {
 		return nil
@@ -38,10 +39,12 @@ func (l *Latency) enter(ctx, life context.Context) error {
 	case l.places <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
 	case <-life.Done():
-		return fmt.Errorf("%w: %w", ErrNotSent, context.Cause(life))
 	}
+	if err := ctx.Err(); err != nil { // ctx's error first, whichever woke us
+		return fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
+	return fmt.Errorf("%w: %w", ErrNotSent, context.Cause(life))
 }
 
 // Waiting returns how many attempts wait for a place.
@@ -60,10 +63,11 @@ func (l *Latency) leave() {
 }
 
 // Once sends a request once, outside Attempt (a guarded txn, a cleanup's
-// delete), in one of l's places in flight: send runs once a place is free,
-// or Once returns an error wrapping ErrNotSent when ctx ends first.
-func (l *Latency) Once(ctx context.Context, send func() error) error {
-	if err := l.enter(ctx, ctx); err != nil {
+// delete, a read), in one of l's places in flight: send runs once a place
+// is free, or Once returns an error wrapping ErrNotSent when ctx or life
+// (the session's) ends first.
+func (l *Latency) Once(ctx, life context.Context, send func() error) error {
+	if err := l.enter(ctx, life); err != nil {
 		return err
 	}
 	defer l.leave()

@@ -24,29 +24,42 @@ func TestAttemptWaitsForAPlace(t *testing.T) {
 		})
 	}()
 	<-out
+	errHeld := errors.New("the hold's cause")
 	for _, c := range []struct {
 		name string
-		end  func(ctx, life context.CancelFunc)
-		want error
+		// contexts returns the attempt's ctx and life, and what ends one.
+		contexts func() (ctx, life context.Context, end func())
 	}{
-		{"ctx ends", func(ctx, _ context.CancelFunc) { ctx() }, context.Canceled},
-		{"life ends", func(_, life context.CancelFunc) { life() }, context.Canceled},
+		{"ctx ends", func() (context.Context, context.Context, func()) {
+			ctx, end := context.WithCancel(context.Background())
+			return ctx, context.Background(), end
+		}},
+		{"life ends", func() (context.Context, context.Context, func()) {
+			life, end := context.WithCancel(context.Background())
+			return context.Background(), life, end
+		}},
+		// A wait's read, whose life is its ctx, ended with a cause (a
+		// hold's context): ctx's error, not the cause, whichever of the
+		// two the wait sees first.
+		{"own life ends with a cause", func() (context.Context, context.Context, func()) {
+			ctx, end := context.WithCancelCause(context.Background())
+			return ctx, ctx, func() { end(errHeld) }
+		}},
 	} {
-		ctx, endCtx := context.WithCancel(context.Background())
-		life, endLife := context.WithCancel(context.Background())
-		sent := false
-		done := make(chan error, 1)
-		go func() {
-			done <- Attempt(ctx, life, l, 0, func(context.Context) error { sent = true; return nil })
-		}()
-		waitUntil(t, "the attempt to wait for a place", func() bool { return l.Waiting() == 1 })
-		c.end(endCtx, endLife)
-		err := <-done
-		if sent || !errors.Is(err, ErrNotSent) || !errors.Is(err, c.want) || Unknown(err) || Transient(err) {
-			t.Errorf("%s: sent %v, err %v; want nothing sent, ErrNotSent and %v, outcome known, not passing", c.name, sent, err, c.want)
+		for range 20 {
+			ctx, life, end := c.contexts()
+			sent := false
+			done := make(chan error, 1)
+			go func() {
+				done <- Attempt(ctx, life, l, 0, func(context.Context) error { sent = true; return nil })
+			}()
+			waitUntil(t, "the attempt to wait for a place", func() bool { return l.Waiting() == 1 })
+			end()
+			err := <-done
+			if sent || !errors.Is(err, ErrNotSent) || !errors.Is(err, context.Canceled) || Unknown(err) || Transient(err) {
+				t.Fatalf("%s: sent %v, err %v; want nothing sent, ErrNotSent and context.Canceled, outcome known, not passing", c.name, sent, err)
+			}
 		}
-		endCtx()
-		endLife()
 	}
 	next := make(chan error, 1)
 	go func() {

@@ -195,25 +195,42 @@ func (q Queue) settle(ctx context.Context, s *Session, sl *slot, err error) erro
 func leaseGone(ctx context.Context, s *Session) bool {
 	ctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
 	defer cancel()
-	ttl, err := s.Client.TimeToLive(ctx, s.Lease)
+	var ttl *clientv3.LeaseTimeToLiveResponse
+	err := s.Latency.Once(ctx, s.Life, func() (err error) { ttl, err = s.Client.TimeToLive(ctx, s.Lease); return err })
 	return err == nil && ttl.TTL <= 0
 }
 
 // removeKey deletes the key of a failed or cancelled acquire. It tries once,
 // for CleanupBudget past ctx's end. The slot is free again only if that
-// delete returned and every enqueue was answered. Otherwise it is retired:
+// delete returned and every enqueue was answered, or, if the delete found
+// no place in flight in time and was never sent, once a delete in the
+// background returns with every attempt answered. Otherwise it is retired:
 // the session deletes the key again until a delete returns, if the try
 // failed, and a sweeper of the session (see sweep) whenever a request whose reply
 // was lost writes it again.
 func removeKey(ctx context.Context, s *Session, sl *slot) {
 	dctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
-	removed := tryRemove(dctx, s, sl.key)
+	err := tryRemove(dctx, s, sl.key)
 	cancel()
+	removed := err == nil
 	switch {
 	case removed && !sl.unsure:
 		sl.put(s)
 	case removed:
 		sl.retire(s)
+	case errors.Is(err, retry.ErrNotSent) && !sl.unsure:
+		// The delete waited for a place past its budget (a burst on the
+		// session) and was never sent: no delete of this key is in flight,
+		// and no enqueue can land late. The slot stays in use, so that no
+		// sweeper takes the key for a ghost, until a delete returns with
+		// every attempt answered; then it is free again.
+		s.Go(func() {
+			if removeRetired(s, sl.key) {
+				sl.put(s)
+			} else {
+				sl.retire(s)
+			}
+		})
 	default:
 		// The key may stand, on a live lease, ahead of every later waiter:
 		// a sweeper already running saw it written while its slot was in
@@ -227,13 +244,16 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 
 // removeRetired deletes the key of a retired slot, again after each passing
 // failure, until a delete returns, etcd refuses it, or the session ends (the
-// lease then takes the key).
-func removeRetired(s *Session, key string) {
-	var unsure bool // a delete by name: one landing late removes nothing of ours
-	retry.Until(s.Life, s.Life, s.Latency, &unsure, func(ctx context.Context) error {
+// lease then takes the key). It reports whether a delete returned with no
+// attempt left unanswered: then none can land late, on a later life of the
+// key.
+func removeRetired(s *Session, key string) (clean bool) {
+	var unsure bool // a delete by name: one landing late removes nothing of a retired slot
+	err := retry.Until(s.Life, s.Life, s.Latency, &unsure, func(ctx context.Context) error {
 		_, err := s.Client.Delete(ctx, key)
 		return err
 	})
+	return err == nil && !unsure
 }
 
 // sweep runs a sweeper of the keys under prefix until the session ends or
@@ -317,7 +337,7 @@ func ghostsUnder(ctx context.Context, s *Session, prefix string) ([]target, erro
 	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
 		var got *clientv3.GetResponse
-		err := s.Latency.Once(ctx, func() (err error) {
+		err := s.Latency.Once(ctx, s.Life, func() (err error) {
 			gctx, cancel := context.WithTimeout(ctx, s.TTL/3)
 			defer cancel()
 			got, err = s.Client.Get(gctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepPage))
@@ -360,7 +380,7 @@ func ghost(s *Session, kv *mvccpb.KeyValue) bool {
 // (TestSweeperSparesReusedSlot), and a key under a shared range that only
 // looks like the session's is not its to delete.
 func removeGhost(ctx context.Context, s *Session, l target) bool {
-	return s.Latency.Once(ctx, func() error {
+	return s.Latency.Once(ctx, s.Life, func() error {
 		_, err := s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
 			clientv3.Compare(clientv3.LeaseValue(l.key), "=", s.Lease)).
 			Then(clientv3.OpDelete(l.key)).Commit()
@@ -368,6 +388,6 @@ func removeGhost(ctx context.Context, s *Session, l target) bool {
 	}) == nil
 }
 
-func tryRemove(ctx context.Context, s *Session, key string) bool {
-	return s.Latency.Once(ctx, func() error { _, err := s.Client.Delete(ctx, key); return err }) == nil
+func tryRemove(ctx context.Context, s *Session, key string) error {
+	return s.Latency.Once(ctx, s.Life, func() error { _, err := s.Client.Delete(ctx, key); return err })
 }
