@@ -181,3 +181,31 @@ func ExampleRWMutex() {
 	// writer while read: true
 	// write token above reads: true
 }
+
+// This example starts a burst of Lock calls on one session: the session
+// sends at most WithMaxInFlight of their requests at once, the rest wait
+// their turn in the client, and its lease's renewal never waits behind the
+// burst.
+func ExampleWithMaxInFlight() {
+	ctx := context.Background()
+	s, _ := fencing.NewSession(ctx, exampleClient(), fencing.WithMaxInFlight(64)) // error checks trimmed
+	defer s.Close(ctx)
+	var held atomic.Int64
+	done := make(chan struct{})
+	for i := range 1000 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			m, _ := fencing.NewMutex(s, fmt.Sprint("shards/", i))
+			if h, err := m.Lock(ctx); err == nil {
+				held.Add(1)
+				h.Unlock(ctx)
+			}
+		}()
+	}
+	for range 1000 {
+		<-done
+	}
+	fmt.Println(held.Load(), "shards locked and released, session alive:", s.Err() == nil)
+	// Output:
+	// 1000 shards locked and released, session alive: true
+}
