@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/ownership"
+	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/revqueue"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -145,10 +146,8 @@ func (e *Election) usable(ctx context.Context) error {
 // leader reads the oldest key of the queue (nil when empty) and the revision
 // of the read.
 func (e *Election) leader(ctx context.Context) (*Leader, int64, error) {
-	var resp *clientv3.GetResponse
-	err := e.q.Latency.Once(ctx, e.s.Context(), func() (err error) {
-		resp, err = e.s.Client().Get(ctx, e.q.Prefix, clientv3.WithFirstCreate()...)
-		return err
+	resp, err := retry.Once(e.q.Latency, ctx, e.s.Context(), func() (*clientv3.GetResponse, error) {
+		return e.s.Client().Get(ctx, e.q.Prefix, clientv3.WithFirstCreate()...)
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("election: leader %q: %w", e.name, err)

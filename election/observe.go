@@ -216,13 +216,11 @@ func (o *observer) follow() error {
 func (o *observer) read() (*Leader, map[string]prefer.Record, int64, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, observeArmTimeout)
 	defer cancel()
-	var resp *clientv3.TxnResponse
-	err := o.e.q.Latency.Once(ctx, o.e.s.Context(), func() (err error) {
-		resp, err = o.e.s.Client().Txn(ctx).Then(
+	resp, err := retry.Once(o.e.q.Latency, ctx, o.e.s.Context(), func() (*clientv3.TxnResponse, error) {
+		return o.e.s.Client().Txn(ctx).Then(
 			clientv3.OpGet(o.e.q.Prefix, clientv3.WithFirstCreate()...),
 			clientv3.OpGet(o.e.cands, clientv3.WithPrefix()),
 		).Commit()
-		return err
 	})
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("election: observe %q: %w", o.e.name, err)

@@ -90,10 +90,8 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 	wait := retry.MinBackoff // doubles while watches fail to arm, as the candidacy's
 	for ctx.Err() == nil {
 		if read {
-			var resp *clientv3.GetResponse
-			err := c.link.Latency.Once(ctx, c.link.Life, func() (err error) {
-				resp, err = c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
-				return err
+			resp, err := retry.Once(c.link.Latency, ctx, c.link.Life, func() (*clientv3.GetResponse, error) {
+				return c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
 			})
 			if err != nil {
 				retry.Pause(ctx, retry.MinBackoff)

@@ -108,8 +108,7 @@ func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 		// the flat form means the same, for less work.
 		txn = txn.Then(g.thens...)
 	}
-	var resp *clientv3.TxnResponse
-	err = l.Latency.Once(g.ctx, l.Life, func() (err error) { resp, err = txn.Commit(); return err })
+	resp, err := retry.Once(l.Latency, g.ctx, l.Life, txn.Commit)
 	if err != nil && retry.Unknown(err) {
 		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.o.Token(), ErrOutcomeUnknown, err)
 	}

@@ -299,8 +299,7 @@ func (w *Watcher) leaseCause(gone error, deleted bool) error {
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, leaseCheckTimeout)
 	defer cancel()
-	var ttl *clientv3.LeaseTimeToLiveResponse
-	err := w.o.Latency.Once(ctx, ctx, func() (err error) { ttl, err = w.o.Client.TimeToLive(ctx, w.o.LeaseID); return err })
+	ttl, err := retry.Once(w.o.Latency, ctx, ctx, func() (*clientv3.LeaseTimeToLiveResponse, error) { return w.o.Client.TimeToLive(ctx, w.o.LeaseID) })
 	if err != nil || ttl.TTL > 0 {
 		return gone
 	}

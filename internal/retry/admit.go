@@ -66,9 +66,10 @@ func (l *Latency) leave() {
 // delete, a read), in one of l's places in flight: send runs once a place
 // is free, or Once returns an error wrapping ErrNotSent when ctx or life
 // (the session's) ends first.
-func (l *Latency) Once(ctx, life context.Context, send func() error) error {
+func Once[R any](l *Latency, ctx, life context.Context, send func() (R, error)) (R, error) {
 	if err := l.enter(ctx, life); err != nil {
-		return err
+		var none R
+		return none, err
 	}
 	defer l.leave()
 	return send()

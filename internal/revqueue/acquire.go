@@ -195,8 +195,7 @@ func (q Queue) settle(ctx context.Context, s *Session, sl *slot, err error) erro
 func leaseGone(ctx context.Context, s *Session) bool {
 	ctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
 	defer cancel()
-	var ttl *clientv3.LeaseTimeToLiveResponse
-	err := s.Latency.Once(ctx, s.Life, func() (err error) { ttl, err = s.Client.TimeToLive(ctx, s.Lease); return err })
+	ttl, err := retry.Once(s.Latency, ctx, s.Life, func() (*clientv3.LeaseTimeToLiveResponse, error) { return s.Client.TimeToLive(ctx, s.Lease) })
 	return err == nil && ttl.TTL <= 0
 }
 
@@ -225,7 +224,7 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 		// sweeper takes the key for a ghost, until a delete returns with
 		// every attempt answered; then it is free again.
 		s.Go(func() {
-			if removeRetired(s, sl.key) {
+			if removeByName(s, sl.key) {
 				sl.put(s)
 			} else {
 				sl.retire(s)
@@ -238,16 +237,17 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 		// Retired, the slot goes to no new call, so the key can be deleted
 		// by name until a delete returns.
 		sl.retire(s)
-		s.Go(func() { removeRetired(s, sl.key) })
+		s.Go(func() { removeByName(s, sl.key) })
 	}
 }
 
-// removeRetired deletes the key of a retired slot, again after each passing
-// failure, until a delete returns, etcd refuses it, or the session ends (the
-// lease then takes the key). It reports whether a delete returned with no
+// removeByName deletes the key of a slot that no call will use again until
+// this returns (retired, or held in use), again after each passing failure,
+// until a delete returns, etcd refuses it, or the session ends (the lease
+// then takes the key). It reports whether a delete returned with no
 // attempt left unanswered: then none can land late, on a later life of the
 // key.
-func removeRetired(s *Session, key string) (clean bool) {
+func removeByName(s *Session, key string) (clean bool) {
 	var unsure bool // a delete by name: one landing late removes nothing of a retired slot
 	err := retry.Until(s.Life, s.Life, s.Latency, &unsure, func(ctx context.Context) error {
 		_, err := s.Client.Delete(ctx, key)
@@ -336,12 +336,10 @@ func ghostsUnder(ctx context.Context, s *Session, prefix string) ([]target, erro
 	var lives []target
 	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
-		var got *clientv3.GetResponse
-		err := s.Latency.Once(ctx, s.Life, func() (err error) {
+		got, err := retry.Once(s.Latency, ctx, s.Life, func() (*clientv3.GetResponse, error) {
 			gctx, cancel := context.WithTimeout(ctx, s.TTL/3)
 			defer cancel()
-			got, err = s.Client.Get(gctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepPage))
-			return err
+			return s.Client.Get(gctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepPage))
 		})
 		if err != nil {
 			return nil, err
@@ -380,14 +378,13 @@ func ghost(s *Session, kv *mvccpb.KeyValue) bool {
 // (TestSweeperSparesReusedSlot), and a key under a shared range that only
 // looks like the session's is not its to delete.
 func removeGhost(ctx context.Context, s *Session, l target) bool {
-	return s.Latency.Once(ctx, s.Life, func() error {
-		_, err := s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
-			clientv3.Compare(clientv3.LeaseValue(l.key), "=", s.Lease)).
-			Then(clientv3.OpDelete(l.key)).Commit()
-		return err
-	}) == nil
+	_, err := retry.Once(s.Latency, ctx, s.Life, s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
+		clientv3.Compare(clientv3.LeaseValue(l.key), "=", s.Lease)).
+		Then(clientv3.OpDelete(l.key)).Commit)
+	return err == nil
 }
 
 func tryRemove(ctx context.Context, s *Session, key string) error {
-	return s.Latency.Once(ctx, s.Life, func() error { _, err := s.Client.Delete(ctx, key); return err })
+	_, err := retry.Once(s.Latency, ctx, s.Life, func() (*clientv3.DeleteResponse, error) { return s.Client.Delete(ctx, key) })
+	return err
 }
