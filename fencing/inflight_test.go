@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
@@ -66,6 +67,37 @@ func TestLockGivesUpWaitingForAPlace(t *testing.T) {
 	}
 	if got := f.Most(); got > 1 {
 		t.Errorf("%d requests were out at once; want 1", got)
+	}
+}
+
+// A Lock waiting for a place when its session ends (its lease revoked from
+// another client) stops waiting, sent nothing, and returns
+// ErrSessionExpired; its slot is neither retired nor swept.
+func TestLockWaitingForAPlaceWhenSessionEnds(t *testing.T) {
+	c := fencingtest.Single(t)
+	s, f := etcdtest.LimitedSession(t, c, 1)
+	h := lock(t, newMutex(t, s, "writer"))
+	f.Hold()
+	ctx := fencingtest.Context(t, wait)
+	written := make(chan error, 1)
+	go func() { _, err := guard.Put(ctx, h, "data", "v"); written <- err }()
+	f.AwaitQueued(t, s, 1, 0)
+	locked := make(chan error, 1)
+	go func() { _, err := newMutex(t, s, "waits").Lock(t.Context()); locked <- err }() // no deadline of its own
+	f.AwaitQueued(t, s, 1, 1)
+	c.Revoke(t, s.Lease())
+	select {
+	case err := <-locked:
+		if !errors.Is(err, fencing.ErrSessionExpired) {
+			t.Fatalf("Lock waiting for a place as its lease was revoked: %v; want ErrSessionExpired", err)
+		}
+	case <-time.After(wait):
+		t.Fatalf("Lock still waiting for a place %v after its lease was revoked", wait)
+	}
+	f.Release()
+	<-written // sent before the revoke was seen: its outcome is not this test's
+	if _, _, swept := fencing.KeyPoolSize(s); swept != 0 {
+		t.Errorf("%d queues swept; want none: the Lock sent nothing", swept)
 	}
 }
 
