@@ -101,6 +101,45 @@ func TestLockWaitingForAPlaceWhenSessionEnds(t *testing.T) {
 	}
 }
 
+// A Lock and an Unlock waiting for a place when their etcd client is
+// closed stop waiting and send nothing: the Lock returns ErrSessionExpired
+// (the client's close ends the session), the Unlock ErrNotHeld (the key goes
+// with the lease), each within the test's deadline though neither ctx ends.
+func TestWaitingForAPlaceWhenClientCloses(t *testing.T) {
+	c := fencingtest.Single(t)
+	s, f := etcdtest.LimitedSession(t, c, 1)
+	h := lock(t, newMutex(t, s, "writer"))
+	held := lock(t, newMutex(t, s, "held"))
+	f.Hold()
+	written := make(chan error, 1)
+	go func() { _, err := guard.Put(t.Context(), h, "data", "v"); written <- err }()
+	f.AwaitQueued(t, s, 1, 0)
+	locked, unlocked := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := newMutex(t, s, "waits").Lock(t.Context()); locked <- err }()
+	go func() { unlocked <- held.Unlock(t.Context()) }()
+	f.AwaitQueued(t, s, 1, 2)
+	s.Client().Close()
+	for _, w := range []struct {
+		call string
+		errs chan error
+		want error
+	}{{"Lock", locked, fencing.ErrSessionExpired}, {"Unlock", unlocked, fencing.ErrNotHeld}} {
+		select {
+		case err := <-w.errs:
+			if !errors.Is(err, w.want) {
+				t.Errorf("%s waiting for a place as its client closed: %v; want %v", w.call, err, w.want)
+			}
+		case <-time.After(wait):
+			t.Fatalf("%s still waiting for a place %v after its client closed", w.call, wait)
+		}
+	}
+	if got := f.Most(); got > 1 {
+		t.Errorf("%d requests were out at once; want 1: the waiting calls sent nothing", got)
+	}
+	f.Release()
+	<-written // out before the close: its outcome is not this test's
+}
+
 // A cancelled Lock whose key is written deletes it in the background when
 // the session's places are all taken past the cleanup's budget: its delete
 // was never sent, so the slot stays in use until that background delete
