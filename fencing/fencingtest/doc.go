@@ -38,9 +38,9 @@
 //
 // # Settings and cost
 //
-// The members trade durability for speed: no fsync (a crash of the test
-// binary loses their data, which the tests delete anyway), a 25 ms raft
-// heartbeat and a 250 ms election timeout, so a member fault resolves within
+// The members trade durability for speed: no fsync unless FsyncEnv is set
+// (a crash of the machine loses their data, which the tests delete anyway),
+// a 25 ms raft heartbeat and a 250 ms election timeout, so a member fault resolves within
 // about half a second, and their logs discarded. Leases still last at least
 // their TTL, and etcd's expiry scan still runs every 500 ms. Clients made
 // here probe their connections every second. A single member starts in

@@ -27,9 +27,9 @@ const (
 	readyWait  = 10 * time.Second
 )
 
-// FsyncEnv is the environment variable that, set to 1, makes the members
-// fsync their WAL as production etcd does. Unset, they skip it: tests need
-// no durability across a crash of the machine.
+// FsyncEnv is the environment variable that, set to exactly "1", makes the
+// members fsync their WAL and backend as etcd does by default. Otherwise they
+// skip it: tests need no durability across a crash of the machine.
 const FsyncEnv = "LEASEHOLD_ETCD_FSYNC"
 
 // Cluster is a set of embedded etcd members in this process.
@@ -197,9 +197,9 @@ func (m *Member) config(state string, stopping context.Context) *embed.Config {
 	cfg.ClusterState = state
 	cfg.TickMs = tickMs
 	cfg.ElectionMs = electionMs
-	// Tests need no durability; LEASEHOLD_ETCD_FSYNC=1 writes as production
-	// etcd does, each write waiting for its WAL fsync (a benchmark's cycle
-	// then costs what it costs on a real cluster).
+	// Tests need no durability; with FsyncEnv each write waits for its fsync,
+	// as by default (a benchmark's cycle then costs what it does on a real
+	// cluster).
 	cfg.UnsafeNoFsync = os.Getenv(FsyncEnv) != "1"
 	// bcrypt's lowest cost (bcrypt.MinCost): at etcd's default of 10 an
 	// Authenticate takes over a second under the race detector. A slow one
