@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
@@ -37,6 +36,19 @@ func TestSessionBoundsRequestsInFlight(t *testing.T) {
 	}
 }
 
+// takePlace takes the one place of s (a LimitedSession of 1, watched by f)
+// with a guarded write under ctx, which f holds in the client until
+// Release, and returns the write's outcome once it comes.
+func takePlace(ctx context.Context, t *testing.T, s *fencing.Session, f *etcdtest.InFlight) <-chan error {
+	t.Helper()
+	h := lock(t, newMutex(t, s, "writer"))
+	f.Hold()
+	written := make(chan error, 1)
+	go func() { _, err := guard.Put(ctx, h, "data", "v"); written <- err }()
+	f.AwaitQueued(t, s, 1, 0)
+	return written
+}
+
 // A Lock whose ctx ends while it waits for a place sent nothing: it
 // returns ctx's error, and its key goes back to the session's pool, not
 // retired and swept as after a request whose outcome is unknown. The one
@@ -44,12 +56,8 @@ func TestSessionBoundsRequestsInFlight(t *testing.T) {
 // bound gives up.
 func TestLockGivesUpWaitingForAPlace(t *testing.T) {
 	s, f := etcdtest.LimitedSession(t, fencingtest.Single(t), 1)
-	h := lock(t, newMutex(t, s, "writer"))
-	f.Hold()
 	ctx := fencingtest.Context(t, wait)
-	written := make(chan error, 1)
-	go func() { _, err := guard.Put(ctx, h, "data", "v"); written <- err }()
-	f.AwaitQueued(t, s, 1, 0)
+	written := takePlace(ctx, t, s, f)
 	short, cancel := context.WithCancel(ctx)
 	locked := make(chan error, 1)
 	go func() { _, err := newMutex(t, s, "waits").Lock(short); locked <- err }()
@@ -76,23 +84,13 @@ func TestLockGivesUpWaitingForAPlace(t *testing.T) {
 func TestLockWaitingForAPlaceWhenSessionEnds(t *testing.T) {
 	c := fencingtest.Single(t)
 	s, f := etcdtest.LimitedSession(t, c, 1)
-	h := lock(t, newMutex(t, s, "writer"))
-	f.Hold()
-	ctx := fencingtest.Context(t, wait)
-	written := make(chan error, 1)
-	go func() { _, err := guard.Put(ctx, h, "data", "v"); written <- err }()
-	f.AwaitQueued(t, s, 1, 0)
+	written := takePlace(fencingtest.Context(t, wait), t, s, f)
 	locked := make(chan error, 1)
 	go func() { _, err := newMutex(t, s, "waits").Lock(t.Context()); locked <- err }() // no deadline of its own
 	f.AwaitQueued(t, s, 1, 1)
 	c.Revoke(t, s.Lease())
-	select {
-	case err := <-locked:
-		if !errors.Is(err, fencing.ErrSessionExpired) {
-			t.Fatalf("Lock waiting for a place as its lease was revoked: %v; want ErrSessionExpired", err)
-		}
-	case <-time.After(wait):
-		t.Fatalf("Lock still waiting for a place %v after its lease was revoked", wait)
+	if err := fencingtest.Receive(t, locked, "the Lock waiting for a place as its lease was revoked"); !errors.Is(err, fencing.ErrSessionExpired) {
+		t.Fatalf("Lock waiting for a place as its lease was revoked: %v; want ErrSessionExpired", err)
 	}
 	f.Release()
 	<-written // sent before the revoke was seen: its outcome is not this test's
@@ -108,15 +106,11 @@ func TestLockWaitingForAPlaceWhenSessionEnds(t *testing.T) {
 func TestWaitingForAPlaceWhenClientCloses(t *testing.T) {
 	c := fencingtest.Single(t)
 	s, f := etcdtest.LimitedSession(t, c, 1)
-	h := lock(t, newMutex(t, s, "writer"))
 	held := lock(t, newMutex(t, s, "held"))
-	f.Hold()
 	// clientv3 resends a request failed by its closed connection until the
 	// caller's ctx ends: the write's ends before it is let go.
 	wctx, stopWrite := context.WithCancel(t.Context())
-	written := make(chan error, 1)
-	go func() { _, err := guard.Put(wctx, h, "data", "v"); written <- err }()
-	f.AwaitQueued(t, s, 1, 0)
+	written := takePlace(wctx, t, s, f)
 	locked, unlocked := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := newMutex(t, s, "waits").Lock(t.Context()); locked <- err }()
 	go func() { unlocked <- held.Unlock(t.Context()) }()
@@ -127,13 +121,8 @@ func TestWaitingForAPlaceWhenClientCloses(t *testing.T) {
 		errs chan error
 		want error
 	}{{"Lock", locked, fencing.ErrSessionExpired}, {"Unlock", unlocked, fencing.ErrNotHeld}} {
-		select {
-		case err := <-w.errs:
-			if !errors.Is(err, w.want) {
-				t.Errorf("%s waiting for a place as its client closed: %v; want %v", w.call, err, w.want)
-			}
-		case <-time.After(wait):
-			t.Fatalf("%s still waiting for a place %v after its client closed", w.call, wait)
+		if err := fencingtest.Receive(t, w.errs, w.call+" waiting for a place as its client closed"); !errors.Is(err, w.want) {
+			t.Errorf("%s waiting for a place as its client closed: %v; want %v", w.call, err, w.want)
 		}
 	}
 	// The Lock's key went back to the pool (sent nothing, retired nothing);
