@@ -50,31 +50,23 @@ func TestTermContextNeverBlocks(t *testing.T) {
 	}
 }
 
-// Resign ends the term's contexts first, even when its delete then fails;
-// the key stays, leading, until Resign is called again.
-func TestFailedResignEndsContextsKeepsKey(t *testing.T) {
+// Resign ends the term's contexts first, even when its ctx is already done;
+// the session then deletes the key, and a second Resign finds the term over.
+func TestResignWithADoneContextEndsContextsAtOnce(t *testing.T) {
 	c := fencingtest.Single(t)
 	term := campaign(t, newElection(t, newSession(t, c.Client(t)), "resign-fails"), "v")
 	tctx := term.Context()
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := term.Resign(done); err == nil || errors.Is(err, election.ErrNotLeader) {
+	if err := term.Resign(done); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Resign with a done ctx: %v, want ctx's error", err)
 	}
 	if !errors.Is(context.Cause(tctx), election.ErrNotLeader) || !errors.Is(context.Cause(term.Context()), election.ErrNotLeader) {
 		t.Errorf("contexts after the failed Resign: causes %v and %v, want ErrNotLeader", context.Cause(tctx), context.Cause(term.Context()))
 	}
-	if !c.Exists(t, term.Key()) {
-		t.Fatal("the key went though Resign failed")
-	}
-	if err := term.Proclaim(fencingtest.Context(t, wait), "w"); err != nil {
-		t.Errorf("Proclaim after the failed Resign: %v; the key still leads", err)
-	}
-	if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
-		t.Fatalf("Resign again: %v", err)
-	}
-	if c.Exists(t, term.Key()) {
-		t.Error("the key outlived the second Resign")
+	fencingtest.WaitFor(t, wait, "the session to delete the key", func() bool { return !c.Exists(t, term.Key()) })
+	if err := term.Resign(fencingtest.Context(t, wait)); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Resign again: %v; want ErrNotLeader (already resigned)", err)
 	}
 }
 

@@ -109,10 +109,10 @@ func TestContextOfAlreadyLostHold(t *testing.T) {
 	}
 }
 
-// Unlock ends the hold's contexts before anything else, even when its
-// delete then fails; the key stays, owning the lock, until Unlock is called
-// again.
-func TestFailedUnlockEndsContextsKeepsKey(t *testing.T) {
+// Unlock ends the hold's contexts before anything else, even when its ctx
+// is already done; the session then deletes the key, and a second Unlock
+// finds the hold released.
+func TestUnlockWithADoneContextEndsContextsAtOnce(t *testing.T) {
 	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
 	h := lock(t, newMutex(t, s, "unlock-fails"))
@@ -121,7 +121,7 @@ func TestFailedUnlockEndsContextsKeepsKey(t *testing.T) {
 	defer stop()
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := h.Unlock(done); err == nil || errors.Is(err, fencing.ErrNotHeld) {
+	if err := h.Unlock(done); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Unlock with a done ctx: %v, want ctx's error", err)
 	}
 	for name, ctx := range map[string]context.Context{"Context": hctx, "guard.Watch": wctx, "a later Context": h.Context()} {
@@ -129,17 +129,12 @@ func TestFailedUnlockEndsContextsKeepsKey(t *testing.T) {
 			t.Errorf("%s after the failed Unlock: cause %v, want ErrNotHeld", name, context.Cause(ctx))
 		}
 	}
-	if !c.Exists(t, h.Key()) {
-		t.Fatal("the key went though Unlock failed")
+	fencingtest.WaitFor(t, wait, "the session to delete the key", func() bool { return !c.Exists(t, h.Key()) })
+	if err := h.Unlock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("Unlock again: %v; want ErrNotHeld (already released)", err)
 	}
-	if _, err := guard.Put(fencingtest.Context(t, wait), h, "unlock-fails/data", "v"); err != nil {
-		t.Errorf("a guarded write after the failed Unlock: %v; the key still owns the lock", err)
-	}
-	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
-		t.Fatalf("Unlock again: %v", err)
-	}
-	if c.Exists(t, h.Key()) {
-		t.Error("the key outlived the second Unlock")
+	if s.Err() != nil {
+		t.Fatalf("the session ended: %v", s.Err())
 	}
 }
 

@@ -35,12 +35,14 @@ type Ownership struct {
 	mu       sync.Mutex  // serialises Release, and the owner's writes of its own key (Lock)
 	released atomic.Bool // set by Release once it deleted the key or found it gone
 	unsure   bool        // guarded by mu: a delete failed, and may yet be applied
+	handed   bool        // guarded by mu: the session is deleting the key (see finish)
 
 	// ctxMu is separate from mu: Release holds mu over a request, and
 	// Context must never wait for the network.
 	ctxMu   sync.Mutex
 	watch   *ownwatch.Watcher // guarded by ctxMu: nil until Context is first called
 	stopped bool              // guarded by ctxMu: Release began
+	ended   context.Context   // guarded by ctxMu: the context of one first asked for after Release began
 }
 
 // New returns the ownership of key at rev on l's session, last read alive
@@ -72,7 +74,10 @@ func (o *Ownership) Context() context.Context {
 	defer o.ctxMu.Unlock()
 	if o.watch == nil {
 		if o.stopped {
-			return ctxutil.Ended(o.stopCause)
+			if o.ended == nil {
+				o.ended = ctxutil.Ended(o.stopCause)
+			}
+			return o.ended
 		}
 		// The watch's goroutine ends with the context: at Release, at the
 		// loss, or when the session ends.
@@ -96,7 +101,8 @@ const (
 // Release ends the ownership: it ends its contexts with stopCause, then
 // deletes the key, sending again after failures that pass until ctx ends.
 // It returns the revision of the delete's answer. On an error the key may
-// still exist, owning, and Release may be called again. A plain delete is
+// still exist, owning, and Release may be called again; if ctx ended first,
+// the session goes on deleting the key in the background (see finish). A plain delete is
 // as safe as a guarded one: no other session writes the key, and this one
 // reuses it only once every delete sent for this life has returned (a
 // failed one may land late, on the key's next life: then the key is never
@@ -131,14 +137,43 @@ func (o *Ownership) Release(ctx context.Context) (Outcome, int64, error) {
 	})
 	o.unsure = o.unsure || lost
 	if err != nil {
+		if ctx.Err() != nil && !o.handed && !errors.Is(err, retry.ErrClientClosed) {
+			o.handed = o.Link.Go(o.finish)
+		}
 		return 0, 0, err
 	}
 	o.released.Store(true)
 	o.free(o.unsure)
-	if resp.Deleted == 0 && !lost {
+	if resp.Deleted == 0 && !lost && !o.handed { // not a delete of the session's either
 		return Gone, resp.Header.Revision, nil
 	}
 	return Deleted, resp.Header.Revision, nil
+}
+
+// finish deletes the key of a Release whose ctx ended first, so that a key
+// whose holder gave it up does not keep its place in the queue for the
+// session's whole life (Curator's release does the same). It sends until a
+// delete returns, etcd refuses it, or the session ends (the lease then takes
+// the key). The delete compares the key's create revision: it can never
+// remove a later life of the key, so it needs no place among the deletes
+// that decide when the slot is reused.
+func (o *Ownership) finish() {
+	var unsure bool
+	err := retry.Until(o.Link.Life, o.Link.Life, o.Link.Latency, &unsure, func(ctx context.Context) error {
+		_, err := o.Link.Client.Txn(ctx).If(o.IsOwner()).Then(clientv3.OpDelete(o.Key)).Commit()
+		return err
+	})
+	o.mu.Lock()
+	o.handed = false
+	done := err == nil && !o.released.Load()
+	if done {
+		o.released.Store(true)
+		o.free(o.unsure)
+	}
+	o.mu.Unlock()
+	if done {
+		o.life.Release(nil) // runs the user's observer: no lock held
+	}
 }
 
 // Released reports whether Release has ended the ownership.
