@@ -48,13 +48,15 @@ type Session struct {
 	expiry     *time.Timer   // guarded by mu; fires at validUntil
 	err        error         // guarded by mu; nil until done closes
 	endedEarly time.Duration // guarded by mu: how long before validUntil done closed
+	leaseGone  bool          // guarded by mu: the server said the lease is gone, or a revoke returned
 	done       chan struct{}
 }
 
 // NewSession grants a lease and keeps it alive until Close or until it is
 // lost. It returns ErrInvalidArgument for a nil or closed client or a bad
-// option, and ctx's error if ctx ends first; in every failure no lease is
-// left behind.
+// option, and ctx's error if ctx ends first, naming the endpoints and why
+// they did not answer. A grant whose reply was lost leaves its lease on the
+// server until it expires, one TTL later; no other failure leaves a lease.
 func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption) (*Session, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("fencing: NewSession: %w", errNilContext)
@@ -72,7 +74,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 	sent := time.Now()
 	g, err := cli.Grant(ctx, int64(cfg.TTL/time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("fencing: NewSession: grant lease: %w", err)
+		return nil, fmt.Errorf("fencing: NewSession: grant lease: %w", unreachable(ctx, cli, err))
 	}
 	s := &Session{
 		cli:        cli,
@@ -125,18 +127,13 @@ func (s *Session) TTL() time.Duration { return s.ttl }
 // ValidUntil is the last moment this process can prove its lease alive: the
 // send time of the last acknowledged keepalive (or of the grant), plus the
 // TTL the server granted, minus the safety margin. The server cannot expire
-// the lease before it (it starts counting the TTL when it receives the
-// request, after it was sent). A timer closes Done at ValidUntil, so in a
-// running process Done is closed by then, give or take the timer's latency,
-// which the margin covers. A process paused across ValidUntil runs no code
-// until it resumes; then the expired timer closes Done as soon as the Go
-// runtime runs it, and code that resumes first (yours, or a Lock about to
-// return) may act before that: a pause longer than the margin is covered
-// only by guarded and fenced writes. After Done closes, ValidUntil is in
-// the past.
+// the lease before it, since it counts the TTL from receiving the request.
+// A timer closes Done at ValidUntil; the margin covers the timer's latency.
+// After Done closes, ValidUntil is in the past.
 //
-// It cannot stop a process that pauses right after reading it: fence your
-// writes.
+// It cannot stop a process that pauses across it: code that resumes first
+// may act before the timer runs. Only guarded and fenced writes cover a
+// pause longer than the margin.
 func (s *Session) ValidUntil() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -167,8 +164,9 @@ func (s *Session) Err() error {
 // releases every hold of the session at once. It returns within the earlier
 // of ctx's deadline and one TTL; if the revoke cannot be sent (a partition),
 // or the client is already closed, the lease expires on its own within one
-// TTL. Closing a closed session revokes again and returns nil if the lease is
-// gone.
+// TTL. It sends no revoke for a lease the server has said is gone (a revoke
+// that returned, or a renewal that found it expired): closing a closed
+// session then returns nil at once.
 //
 // The session owns the cleanup that outlives the calls made on it (removing
 // the key of a Lock that failed while etcd was unreachable): Close ends it
@@ -181,8 +179,11 @@ func (s *Session) Close(ctx context.Context) error {
 	s.lose(ErrSessionClosed)
 	defer s.wg.Wait()
 	defer s.closing() // a background revoke is redundant now
-	if s.cli.Ctx().Err() != nil {
-		return nil // nothing can be sent; the lease expires within one TTL
+	if s.isLeaseGone() || s.cli.Ctx().Err() != nil {
+		// A revoke of a lease known gone only makes clientv3 log etcd's
+		// refusal; with the client closed nothing can be sent, and the
+		// lease expires within one TTL.
+		return nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.ttl)
 	defer cancel()
@@ -190,7 +191,20 @@ func (s *Session) Close(ctx context.Context) error {
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("fencing: close session: revoke lease %x: %w", int64(s.id), err)
 	}
+	s.setLeaseGone()
 	return nil
+}
+
+func (s *Session) isLeaseGone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leaseGone
+}
+
+func (s *Session) setLeaseGone() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaseGone = true
 }
 
 // lose ends the session with cause, unless it already ended.
@@ -309,6 +323,7 @@ func (s *Session) keepAlive() {
 			}
 			wait = s.period - time.Since(sent)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.setLeaseGone()
 			s.reportRenewal(sent, err)
 			s.lose(fmt.Errorf("%w: lease %x not found on renewal", ErrLeaseExpired, int64(s.id)))
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -262,5 +263,57 @@ func TestWatchedHoldsEndWhenClientCloses(t *testing.T) {
 	}
 	for _, h := range holds {
 		fencingtest.WaitFor(t, wait, "the keys to go with the lease", func() bool { return !c.Exists(t, h.Key()) })
+	}
+}
+
+// A session that cannot reach etcd says which endpoints and why, not only
+// that its ctx ended.
+func TestNewSessionNamesUnreachableEndpoint(t *testing.T) {
+	addr, err := fencingtest.FreeAddr() // nothing listens there
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := fencingtest.NewClient(t, []string{"http://" + addr})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	_, err = fencing.NewSession(ctx, cli)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("NewSession = %v; want an error wrapping context.DeadlineExceeded", err)
+	}
+	for _, want := range []string{addr, "connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("NewSession's error %q does not say %q", err, want)
+		}
+	}
+}
+
+// Close sends no revoke for a lease the server said is gone: clientv3 would
+// log etcd's refusal of it as a warning.
+func TestCloseRevokesNoLeaseKnownGone(t *testing.T) {
+	c := fencingtest.Single(t)
+	var ctr etcdtest.Counter
+	s := newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)), fencing.WithTTL(2*time.Second))
+	c.Revoke(t, s.Lease())
+	fencingtest.WaitFor(t, wait, "the session to end", func() bool { return s.Err() != nil })
+	if err := s.Err(); !errors.Is(err, fencing.ErrLeaseExpired) {
+		t.Fatalf("Err() = %v; want ErrLeaseExpired", err)
+	}
+	for range 2 {
+		if err := s.Close(fencingtest.Context(t, wait)); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	if n := ctr.Requests("LeaseRevoke"); n != 0 {
+		t.Fatalf("Close sent %d revokes for a lease found gone; want 0", n)
+	}
+
+	s = newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)))
+	for range 2 {
+		if err := s.Close(fencingtest.Context(t, wait)); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	if n := ctr.Requests("LeaseRevoke"); n != 1 {
+		t.Fatalf("two Closes sent %d revokes; want 1", n)
 	}
 }
