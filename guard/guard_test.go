@@ -135,6 +135,29 @@ func TestUserCompareFalseTakesElse(t *testing.T) {
 	}
 }
 
+// If, Then and Else out of order: clientv3's txn panics; a guarded txn
+// returns ErrInvalidArgument and sends nothing.
+func TestTxnOutOfOrderIsRefused(t *testing.T) {
+	c := fencingtest.Single(t)
+	h := lock(t, newSession(t, c.Client(t)), "order")
+	ctx := fencingtest.Context(t, wait)
+	cmp := clientv3.Compare(clientv3.Value("flag"), "=", "set")
+	put := clientv3.OpPut("order-key", "written")
+	for name, txn := range map[string]*guard.GuardedTxn{
+		"If after Then":   guard.Txn(ctx, h).Then(put).If(cmp),
+		"Then twice":      guard.Txn(ctx, h).Then(put).Then(put),
+		"If twice":        guard.Txn(ctx, h).If(cmp).If(cmp).Then(put),
+		"Then after Else": guard.Txn(ctx, h).If(cmp).Else(put).Then(put),
+	} {
+		if _, err := txn.Commit(); !errors.Is(err, fencing.ErrInvalidArgument) {
+			t.Errorf("%s: Commit = %v; want ErrInvalidArgument", name, err)
+		}
+	}
+	if c.Exists(t, "order-key") {
+		t.Fatal("a txn built out of order wrote its op")
+	}
+}
+
 func TestHoldContextEndsOnUnlock(t *testing.T) {
 	c := fencingtest.Single(t)
 	h := lock(t, newSession(t, c.Client(t)), "hold-context")
@@ -156,6 +179,7 @@ func TestHoldContextEndsOnUnlock(t *testing.T) {
 // S9: compaction and a reconnect while holding do not end a valid hold, and
 // the re-armed watch still sees a later deletion.
 func TestCompactionAndReconnectKeepValidHold(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	var ctr etcdtest.Counter
 	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))

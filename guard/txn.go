@@ -30,57 +30,79 @@ var ErrOutcomeUnknown = errors.New("outcome unknown")
 
 // GuardedTxn is a txn that commits only while its owner still owns its key.
 // Build it like a clientv3.Txn: If, Then and Else at most once each, in that
-// order, then Commit.
+// order, then Commit. Where clientv3 panics on another order, Commit returns
+// an error wrapping fencing.ErrInvalidArgument and sends nothing.
 type GuardedTxn struct {
-	ctx   context.Context
-	o     Owner
-	cmps  []clientv3.Cmp
-	thens []clientv3.Op
-	elses []clientv3.Op
+	ctx    context.Context
+	o      Owner
+	cmps   []clientv3.Cmp
+	thens  []clientv3.Op
+	elses  []clientv3.Op
+	called int   // the last of stepIf, stepThen, stepElse called
+	misuse error // the first call out of order, reported by Commit
 }
+
+// The steps of a txn, in the order they may be called.
+const (
+	stepIf = iota + 1
+	stepThen
+	stepElse
+)
+
+var stepNames = [...]string{stepIf: "If", stepThen: "Then", stepElse: "Else"}
 
 // Txn returns a txn guarded by o's ownership.
 func Txn(ctx context.Context, o Owner) *GuardedTxn { return &GuardedTxn{ctx: ctx, o: o} }
 
+// step records a call of step, or the first one out of order.
+func (g *GuardedTxn) step(step int) {
+	if step <= g.called && g.misuse == nil {
+		g.misuse = fmt.Errorf("%w: %s called after %s", fencing.ErrInvalidArgument, stepNames[step], stepNames[g.called])
+	}
+	g.called = max(g.called, step)
+}
+
 // If adds the caller's own compares.
 func (g *GuardedTxn) If(cs ...clientv3.Cmp) *GuardedTxn {
+	g.step(stepIf)
 	g.cmps = append(g.cmps, cs...)
 	return g
 }
 
 // Then adds the ops run when the caller's compares hold.
 func (g *GuardedTxn) Then(ops ...clientv3.Op) *GuardedTxn {
+	g.step(stepThen)
 	g.thens = append(g.thens, ops...)
 	return g
 }
 
 // Else adds the ops run when a caller's compare fails.
 func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
+	g.step(stepElse)
 	g.elses = append(g.elses, ops...)
 	return g
 }
 
-// Commit sends the txn as one etcd request. If the owner no longer owned its
-// key at commit time, nothing was applied and Commit returns an error
-// wrapping ErrNotOwner; the owner's watched contexts are then cancelled at
-// once with fencing.ErrKeyDeleted. Otherwise it returns the response of the
-// caller's txn, as clientv3 would: Succeeded tells whether the caller's
-// compares held, Responses are the results of the branch that ran. The
-// ownership check is linearizable whatever the caller's ops (even none, or
-// serializable reads): no lagging etcd member can vouch for a lost owner.
-// It returns by ctx's deadline, which includes any wait for a place among
-// the session's requests in flight (fencing.WithMaxInFlight): a txn whose
-// ctx (or session) ends there was not sent, and its error wraps ctx's (or
-// the session's cause), not ErrOutcomeUnknown. A nil ctx or owner,
-// or an owner whose session NewSession did not make, returns
-// fencing.ErrInvalidArgument and sends nothing.
+// Commit sends the txn as one etcd request, once: the caller's writes need
+// not be idempotent. It returns the caller's txn response as clientv3 would
+// (Succeeded tells whether the caller's compares held). The ownership check
+// is linearizable whatever the caller's ops: no lagging member can vouch for
+// a lost owner.
 //
-// Commit sends the txn once and never again on its own: the caller's writes
-// may not be idempotent. When no answer came back it returns an error
-// wrapping ErrOutcomeUnknown, and the caller must re-read before it retries;
-// any other error means nothing was applied.
+// If the owner no longer owned its key at commit time, nothing was applied:
+// the error wraps ErrNotOwner, and the owner's watched contexts end at once
+// with fencing.ErrKeyDeleted. If no answer came back, the error wraps
+// ErrOutcomeUnknown: re-read before retrying. Any other error means nothing
+// was applied: etcd refused it, or ctx (or the session) ended before it was
+// sent, including while it waited for a place among the session's requests
+// (fencing.WithMaxInFlight). A nil ctx or owner, an owner not made by this
+// library, or If, Then and Else out of order return
+// fencing.ErrInvalidArgument. It returns by ctx's deadline.
 func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
 	l, err := check(g.ctx, g.o)
+	if err == nil {
+		err = g.misuse
+	}
 	if err != nil {
 		return nil, fmt.Errorf("guard: txn: %w", err)
 	}
