@@ -74,9 +74,11 @@
 // and no request to etcd.
 //
 // A holder paused inside a fenced transaction, after its raise, keeps the
-// fence row's lock (SQLite: the database's write lock) until the database
-// notices it is gone: its successor's transactions wait, safely, for as
-// long. Bound the wait with the database's own timeouts, such as
-// PostgreSQL's idle_in_transaction_session_timeout (ends the paused
-// holder's transaction) and lock_timeout (fails the waiter instead).
+// fence row's lock (SQLite: the database's write lock) while it is paused:
+// its successors wait, safely. PostgreSQL ends the paused transaction after
+// idle_in_transaction_session_timeout; the holder's Tx then returns an error
+// wrapping ErrNotCommitted (nothing was written) and the successor goes on
+// (lock_timeout fails the waiter instead). SQLite never ends it: a waiter
+// fails with SQLITE_BUSY once its busy timeout passes, and the resumed
+// holder commits, which is safe, since no newer token committed meanwhile.
 package sqlfence

@@ -13,6 +13,12 @@ import (
 // DefaultTable is the fence table's name unless WithTable says otherwise.
 const DefaultTable = "leasehold_fence"
 
+// ErrNotCommitted is returned by Tx when the database ended the transaction
+// before it committed: nothing it wrote was applied. PostgreSQL does so to
+// a holder paused in a transaction past idle_in_transaction_session_timeout
+// (SQLSTATE 25P03). The error also wraps the driver's.
+var ErrNotCommitted = errors.New("transaction ended by the database, not committed")
+
 // Fence is a fence table in one database: one row per fenced name, holding
 // the highest token admitted under it and the etcd cluster that issued it.
 // A Fence is safe for concurrent use; it keeps no state of its own besides
@@ -113,14 +119,13 @@ func (f *Fence) Migrate(ctx context.Context) error {
 //
 // A token older than the fence returns an error wrapping
 // fencing.ErrStaleToken, and a token of another etcd cluster one wrapping
-// fencing.ErrClusterMismatch; fn does not run and nothing is written. The
-// same token admitted again passes (a retry). fn's error is returned as it
-// is, after a rollback; so is ctx's end, which rolls back too. An error of
-// the commit itself leaves the outcome unknown, as with any transaction.
-//
-// A zero or invalid token returns fencing.ErrInvalidToken or
-// fencing.ErrInvalidName, a nil ctx or fn or a closed db
-// fencing.ErrInvalidArgument: nothing is written.
+// fencing.ErrClusterMismatch: fn does not run and nothing is written. The
+// same token admitted again passes (a retry). fn's error and ctx's end are
+// returned as they are, after a rollback; a transaction the database ended
+// returns ErrNotCommitted. Any other error of the commit leaves the outcome
+// unknown, as with any transaction. Bad input (a zero or invalid token, a
+// nil ctx or fn, a closed db) returns fencing.ErrInvalidToken,
+// ErrInvalidName or ErrInvalidArgument, and writes nothing.
 func (f *Fence) Tx(ctx context.Context, t fencing.Token, fn func(*sql.Tx) error) error {
 	if err := f.check(ctx, t); err != nil {
 		return fmt.Errorf("sqlfence: Tx %v: %w", t, err)
@@ -142,6 +147,9 @@ func (f *Fence) Tx(ctx context.Context, t fencing.Token, fn func(*sql.Tx) error)
 		return fmt.Errorf("sqlfence: Tx %v: %w", t, err)
 	}
 	if err := fn(tx); err != nil {
+		if endedByServer(err) {
+			return fmt.Errorf("sqlfence: Tx %v: %w: %w", t, ErrNotCommitted, err)
+		}
 		return err
 	}
 	// database/sql rolls a transaction back as soon as its ctx ends, and
@@ -154,6 +162,9 @@ func (f *Fence) Tx(ctx context.Context, t fencing.Token, fn func(*sql.Tx) error)
 	if err := tx.Commit(); err != nil {
 		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if endedByServer(err) {
+			return fmt.Errorf("sqlfence: Tx %v: commit: %w: %w", t, ErrNotCommitted, err)
 		}
 		return fmt.Errorf("sqlfence: Tx %v: commit: %w", t, err)
 	}
@@ -310,6 +321,14 @@ func (f *Fence) check(ctx context.Context, t fencing.Token) error {
 // dbError marks the errors of a closed *sql.DB or an ended *sql.Tx as
 // fencing.ErrInvalidArgument. database/sql exports no sentinel for a closed
 // DB, so its text is the only sign.
+// endedByServer tells a transaction the server ended before any commit:
+// PostgreSQL's idle_in_transaction_session_timeout (SQLSTATE 25P03), as the
+// common drivers (pgx, lib/pq) report it through a SQLState method.
+func endedByServer(err error) bool {
+	var coded interface{ SQLState() string }
+	return errors.As(err, &coded) && coded.SQLState() == "25P03"
+}
+
 func dbError(err error) error {
 	switch {
 	case errors.Is(err, sql.ErrTxDone):
