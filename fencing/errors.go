@@ -49,9 +49,10 @@ var (
 	// restored etcd cluster; the store's doc says what an operator does.
 	ErrClusterMismatch = errors.New("token from another etcd cluster")
 
-	// ErrSessionExpired is returned by Lock and TryLock when the session's
-	// lease was found gone, or the session already ended, before the lock
-	// was acquired. The error also wraps the session's cause.
+	// ErrSessionExpired is returned by every call that acquires (Lock,
+	// TryLock, Acquire, TryAcquire, RLock, TryRLock, and election's
+	// Campaign) when the session's lease was found gone, or the session had
+	// ended, before it acquired. The error also wraps the session's cause.
 	ErrSessionExpired = errors.New("session expired")
 
 	// ErrLimitMismatch is returned by a Semaphore's Acquire and TryAcquire

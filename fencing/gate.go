@@ -17,11 +17,10 @@ import (
 // the check and the write.
 //
 // The zero Gate is ready to use and keeps its marks in memory, one per name
-// it ever admitted, for its whole life; set Store to keep them across
-// restarts, or elsewhere when the names have no bound (Middleware takes
-// them from requests: see AllowNames). A Gate is safe for concurrent use. Tokens from
-// different etcd clusters (or from one cluster restored from a backup) must
-// not pass through one Gate: their revisions do not compare.
+// it ever admitted; set Store to keep them across restarts, or elsewhere
+// when names have no bound (see AllowNames). A Gate is safe for concurrent
+// use. Tokens of different etcd clusters (or of a cluster restored from a
+// backup) must not pass through one Gate: their revisions do not compare.
 type Gate struct {
 	// Store keeps the high-water marks; nil means this process's memory.
 	Store GateStore

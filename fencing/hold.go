@@ -56,28 +56,19 @@ func (h *Hold) Session() *Session { return h.s }
 // If to make writes that commit only while the hold owns the lock.
 func (h *Hold) IsOwner() clientv3.Cmp { return h.own.IsOwner() }
 
-// Unlock releases the hold by deleting its key, which hands the lock to the
-// next waiter at once. It deletes this hold's key and nothing else: an old
-// hold's Unlock can never release a newer one, even one of the same session
-// (which reuses a key only once every delete sent for it has returned). It
-// returns by ctx's deadline.
+// Unlock releases the hold: it ends the hold's contexts, with ErrNotHeld as
+// their cause, so that work stops before the key goes, then deletes the key,
+// which hands the lock to the next waiter at once. It never releases another
+// hold. ctx may be the hold's own context; failures that pass are retried
+// until ctx ends.
 //
-// Unlock first ends the hold's contexts (Context, and every guard.Watch of
-// the hold), with ErrNotHeld as their cause, so work under the hold stops
-// before the key goes, whatever happens next. ctx may be one of them (work
-// that unlocks with its own context): that end does not stop the delete,
-// which keeps ctx's deadline, or without one goes on until it is answered or
-// the session ends (within a TTL when etcd cannot be reached). It returns an
-// error wrapping ErrNotHeld if the hold was already released or lost (key
-// deleted, lease gone, session ended); a key of an ended session that still
-// exists is deleted all the same. After any other error (ctx ended first,
-// etcd refused) the key may still be in etcd, owning the lock, and guarded
-// writes of the hold still commit: call Unlock again, or close the session,
-// to release it. Failures that pass (a lost reply, a leader change, a member
-// restarting) are retried until ctx ends: deleting the key is idempotent. On
-// a closed client it returns at once, wrapping ErrNotHeld and the session's
-// Err (ErrSessionClosed, unless it had ended before): the key stays until
-// the session's lease expires.
+// It returns an error wrapping ErrNotHeld if the hold was already released
+// or lost (a key still there on an ended session is deleted all the same).
+// If ctx ends before etcd answers, it returns ctx's error and the session
+// goes on deleting the key in the background, until it is gone or the
+// session ends; until then the key keeps its place and the hold's guarded
+// writes still commit. After any other error (etcd refused) call Unlock
+// again, or close the session. It returns by ctx's deadline.
 func (h *Hold) Unlock(ctx context.Context) error {
 	if h == nil || h.s == nil {
 		return fmt.Errorf("fencing: unlock: %w: hold not made by Lock", ErrInvalidArgument)
@@ -109,19 +100,16 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 	return func() { h.own.ReportRelease(nil) }, nil
 }
 
-// Context returns a context that is cancelled as soon as the hold can no
-// longer prove ownership, with the cause (context.Cause): the key deleted or
-// replaced (ErrKeyDeleted), the session's Err (lease expired or
-// revoked, ValidUntil passed without a renewal, session closed), or
-// ErrNotHeld once Unlock was called. Every call returns the same context.
+// Context returns a context that ends as soon as the hold can no longer
+// prove ownership, with the cause (context.Cause): ErrKeyDeleted (the key
+// deleted or replaced), the session's Err (lease expired or revoked,
+// ValidUntil passed without a renewal, session closed), or ErrNotHeld once
+// Unlock was called. Every call returns the same context.
 //
-// Context never blocks: the first call starts a watch of the hold's key in
-// the background, and a Lock pays for no watch until it is asked for. Until
-// the watch is armed (established on the server, one round trip when etcd is
-// reachable) the context still ends at the session's end, at ValidUntil at
-// the latest, and a deletion of the key before arming is found by the read
-// that arming ends with; once armed, a deletion is seen within one watch
-// round trip. guard.Watch returns only once its watch is armed.
+// Context never blocks. Its first call starts a watch of the key, which
+// sees a deletion within one round trip once armed; until then the context
+// still ends with the session, by ValidUntil at the latest. guard.Watch
+// returns only once its watch is armed.
 func (h *Hold) Context() context.Context {
 	if h == nil || h.s == nil {
 		return ctxutil.Ended(fmt.Errorf("fencing: %w: hold not made by Lock", ErrInvalidArgument))

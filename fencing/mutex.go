@@ -44,33 +44,20 @@ func NewMutex(s *Session, name string) (*Mutex, error) {
 // Name returns the lock's name.
 func (m *Mutex) Name() string { return m.name }
 
-// Lock blocks until this call owns the lock, and returns the Hold. On
-// success the hold's key existed, on the session's live lease, at a revision
-// where it was the oldest in the queue; the session had not ended.
+// Lock blocks until this call owns the lock and returns its Hold. On success
+// the hold's key existed, on the session's live lease, at a revision where
+// it was the oldest in the queue.
 //
-// Uncontended, it sends one request. Contended, it waits for the deletion of
-// the key just ahead of its own (so only the direct successor wakes on a
-// handoff) and survives compaction and reconnects. Routine etcd maintenance
-// does not reach the caller: a request that fails for a passing reason (a
-// lost reply, a leader change or transfer, a member restarting) is sent
-// again until ctx ends, each attempt bounded to four times the usual request
-// time (at least half a second, up to an eighth less for an attempt that
-// starts just after another; longer after an attempt that got no answer),
-// and a repeat of the enqueue that finds this call's key, written
-// by an attempt whose reply was lost, keeps that key's place in the queue.
-// It returns an error wrapping ErrSessionExpired if the session ends or its
-// lease is found gone first, or ctx's error. If someone else (an operator)
-// deletes its queued key while it waits, Lock notices when its turn comes,
-// as the key ahead of it goes, and then returns ErrKeyDeleted; it does not
-// queue again.
+// Only the direct successor of a released key wakes, so a handoff costs the
+// same with one waiter or a thousand. The wait survives compaction,
+// reconnects and routine etcd maintenance: failures that pass are retried
+// until ctx ends (DESIGN.md, "How an acquire works"). Lock returns an error
+// wrapping ErrSessionExpired if the session ends first, ErrKeyDeleted if
+// someone else deleted its queued key while it waited, or ctx's error.
 //
-// Lock returns by ctx's deadline, plus at most 25 ms spent removing its key
-// on failure. On every failure its key is removed: at once when etcd
-// answers, otherwise in the background, which the session owns (Close waits
-// for it) and which ends when the session does (the lease then takes the
-// key). If an attempt went unanswered, it may be applied later still, and
-// write the key again: the session deletes the key whenever it reappears,
-// for as long as the session lives (one watch per such key).
+// Lock returns by ctx's deadline, plus at most 50 ms spent cleaning up. On
+// every failure its key is removed: at once when etcd answers, otherwise by
+// the session in the background, and by the lease's end at the latest.
 func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 	if err := m.usable(ctx); err != nil {
 		return nil, fmt.Errorf("fencing: lock: %w", err)

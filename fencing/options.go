@@ -75,19 +75,16 @@ func WithRoot(root string) SessionOption {
 	return func(c *sessionConfig) { c.Root = root }
 }
 
-// WithMaxInFlight lets at most n of the session's requests to etcd be out
-// at once: those its locks, semaphores, elections, guarded writes and
-// cleanups send (the lease's grant, renewals and revoke are apart, and
-// never wait). Requests beyond it wait their turn, first come first served
-// (an Unlock sent during a burst waits behind the requests queued before
-// it), until their call's ctx or the session ends; one given up that way
-// was not sent. However many calls run on the session at once (a hundred
-// thousand Locks started together), the renewal then waits behind at most
-// n of the session's requests, not the burst, and the session keeps its
-// lease; etcd is spared the burst too. Unset: DefaultMaxInFlight, far
-// above what one session's calls need to keep etcd busy. Requests the
-// caller sends on the same client itself are not counted, and can still
-// delay the renewal. NewSession returns ErrInvalidArgument when n < 1.
+// WithMaxInFlight lets at most n of the session's requests to etcd be out at
+// once: those its locks, semaphores, elections, guarded writes and cleanups
+// send; the lease's grant, renewals and revoke are apart and never wait.
+// Further requests wait their turn, first come first served, until their
+// call's ctx or the session ends; one given up that way was not sent.
+// However many calls run on the session at once, a renewal then waits
+// behind at most n requests, so a burst (a hundred thousand Locks started
+// together) cannot cost the session its lease. Requests sent on the same
+// client outside the session are not counted. Unset: DefaultMaxInFlight.
+// NewSession returns ErrInvalidArgument when n < 1.
 func WithMaxInFlight(n int) SessionOption {
 	return func(c *sessionConfig) { c.InFlight = n }
 }

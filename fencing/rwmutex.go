@@ -9,25 +9,18 @@ import (
 )
 
 // RWMutex is a distributed read-write lock: any number of read holds, or
-// one write hold, of one name at once. Read and write calls queue in one
-// line, ordered by etcd create revision and served first come, first
-// served: a write hold is granted once no key is older than its own, a read
-// hold once no write key is older than its own. So a queued writer holds
-// back every reader that arrives after it (no writer starves), and readers
-// queued together enter together.
+// one write hold, of one name at once. Readers and writers queue in one
+// line, served first come, first served: a queued writer holds back every
+// reader that arrives after it (no writer starves), and readers queued
+// together enter together. A release wakes only those it lets in.
 //
-// Holds are Hold values with everything a Mutex's has. Tokens are the keys'
-// create revisions: a write hold's token is greater than that of every
-// earlier hold, read or write, and a read hold's greater than that of every
-// earlier write hold. Guarded writes (guard.Txn) under a read hold commit
-// only while that hold lasts, as under a write hold: readers that write
-// must fence each other themselves.
+// Holds are Hold values with everything a Mutex's has. A write hold's token
+// is greater than that of every earlier hold, read or write; a read hold's
+// is greater than that of every earlier write hold. Guarded writes under a
+// read hold commit only while that hold lasts: readers that write must
+// fence each other themselves.
 //
-// A writer's release wakes exactly the readers queued behind it, or the one
-// writer next in line. A writer queued behind readers waits for all of them
-// with one watch: their releases, in any order and however many, cost it no
-// request until the last one's, which hands over. An RWMutex holds no state
-// between calls: it is safe for concurrent use.
+// An RWMutex holds no state between calls: it is safe for concurrent use.
 type RWMutex struct {
 	s       *Session
 	name    string

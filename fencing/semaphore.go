@@ -9,26 +9,18 @@ import (
 )
 
 // Semaphore is a distributed counting semaphore: at most Limit holds of one
-// name at once, across every process and session. Like a Mutex it is a
-// queue of keys ordered by etcd create revision, here with the Limit oldest
-// keys holding a permit each, served first come, first served.
+// name at once, across every process and session, granted first come, first
+// served. The Limit oldest keys of the name's queue hold a permit each, so
+// owning its key proves a hold's permit. A hold has everything a Mutex's
+// has: a token, a watched Context, guarded writes, Unlock. Each Acquire
+// queues its own key, so permits of one session exclude each other. A
+// hold's token is greater than that of every hold whose permit was granted
+// before it queued.
 //
-// Keys only join at the tail, so a key among the Limit oldest stays among
-// them until it goes: owning its key proves a hold's permit, and a hold has
-// everything a Mutex's has (a token, a Context that ends once the permit
-// cannot be proven, guarded writes with guard.Txn, Unlock, the session's
-// observer and logger). Each Acquire queues its own key, so permits of one
-// session exclude each other as those of two processes do. Tokens are the
-// keys' create revisions: a hold's token is greater than that of every hold
-// whose permit was granted before it queued.
-//
-// Every process using a name must give the same limit: each key records its
-// call's limit, and Acquire and TryAcquire return ErrLimitMismatch when a key
-// ahead of theirs was queued with another (two processes never enforce two
-// limits). To change a name's limit, stop every process that uses it, or
-// move them to a new name; during a rolling change, the processes of the
-// limit that is not queued get ErrLimitMismatch until the other's keys are
-// gone, which is safe but stalls them.
+// Every process using a name must give the same limit: Acquire and
+// TryAcquire return ErrLimitMismatch when a key ahead of theirs was queued
+// with another, so two processes never enforce two limits. To change a
+// limit, stop every process that uses the name, or move to a new name.
 //
 // A Semaphore holds no state between calls: it is safe for concurrent use.
 type Semaphore struct {

@@ -20,20 +20,18 @@ type Owner interface {
 	Session() *fencing.Session
 }
 
-// Watch returns a context that is cancelled as soon as o can no longer prove
+// Watch returns a context that ends as soon as o can no longer prove
 // ownership. context.Cause names the first loss, and later ones never
-// replace it: fencing.ErrKeyDeleted (key deleted or replaced; when its lease was
-// revoked or expired, the cause wraps fencing.ErrLeaseExpired too), or the
-// session's Err (fencing.ErrLeaseExpired, fencing.ErrLeaseUnconfirmed when
-// ValidUntil passed without a renewal, fencing.ErrSessionClosed), or ctx's
-// own cause.
+// replace it: fencing.ErrKeyDeleted (key deleted or replaced; also wrapping
+// fencing.ErrLeaseExpired when it went with its lease), the session's Err
+// (fencing.ErrLeaseExpired, fencing.ErrLeaseUnconfirmed, fencing.ErrSessionClosed),
+// or ctx's own cause.
 //
 // Watch returns once its watch is established on the server, so a deletion
 // after it returns is seen within one watch round trip; if ownership is
-// already lost, the returned context is already done. A compacted or broken
-// watch is resumed from a fresh read of the key and never ends a valid hold.
-// Watches of one session share its one watch stream and its goroutine, and
-// every hold of a session shares the session's single keepalive.
+// already lost, the context is already done. A compacted or broken watch is
+// resumed from a fresh read and never ends a valid hold. The watches of one
+// session share one stream.
 //
 // The returned CancelFunc ends the watch and returns once it has ended; call
 // it when the work is done.

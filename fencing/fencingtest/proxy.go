@@ -112,19 +112,15 @@ func listenProxy(to url.URL) (proxy.Server, error) {
 // Blackhole partitions the process behind the link from the cluster. What
 // the code under test should see: requests hang until their deadlines; its
 // holds' and terms' contexts end with fencing.ErrLeaseUnconfirmed once the
-// session's ValidUntil passes, before the server expires the lease and
-// another process takes over (the order fencingtest.StoppedBefore checks);
-// after Restore, its guarded writes for what it held are refused
+// session's ValidUntil passes, before the server expires the lease; after
+// Restore, its guarded writes for what it held are refused
 // (guard.ErrNotOwner), and election.Run campaigns again.
 //
-// It stops every byte in both directions while keeping the TCP
-// connections open: the client sees silence, as in a real partition, not a
-// reset it could react to at once. The bytes are held, not dropped: like
-// TCP after a partition heals, Restore delivers them late but intact (a
-// proxy that drops bytes mid-stream corrupts the HTTP/2 framing, which no
-// real network does). gRPC's keepalive notices a dead link only after 10 s
-// or more; a test that needs the client to reconnect sooner restarts the
-// member, which ends every connection to it.
+// Every byte stops in both directions while the TCP connections stay open:
+// the client sees silence, as in a real partition, not a reset. Restore
+// delivers the held bytes late but intact, as TCP does after a partition
+// heals. gRPC's keepalive notices a dead link only after 10 s or more; a
+// test that needs the client to reconnect sooner restarts the member.
 func (l *Link) Blackhole() {
 	for _, p := range l.proxies {
 		p.PauseTx()

@@ -25,17 +25,16 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// KeyPrefix returns the prefix of every etcd key of the lock (fencing.KindLock)
-// or election (fencing.KindElection) called name under root, and of no
-// other key. Use it to watch or list one queue. fencing.KindGroup gives the
-// membership keys of the election.RunGroup group called name (the elections
-// of its names are each under the name's own prefix). Kind "" gives the
-// range of every key of the name: every queue, a group's members, and any
-// key an application keeps about the name (examples/singleton keeps its
-// running record at this prefix + "singleton"); grant it to give a service
-// one name: etcdctl role grant-permission --prefix ROLE readwrite PREFIX. A
-// bad root or kind returns fencing.ErrInvalidArgument, a bad name
-// fencing.ErrInvalidName.
+// KeyPrefix returns the prefix of every etcd key of the queue of kind
+// called name under root, and of no other key: the lock (fencing.KindLock),
+// semaphore (KindSemaphore), read-write lock (KindRWLock) or election
+// (KindElection) of that name. Use it to watch or list one queue.
+// fencing.KindGroup gives the membership keys of the election.RunGroup
+// group called name. Kind "" gives the range of every key of the name:
+// every queue, a group's members, and any key an application keeps about
+// the name; grant it to give a service one name (etcdctl role
+// grant-permission --prefix ROLE readwrite PREFIX). A bad root or kind
+// returns fencing.ErrInvalidArgument, a bad name fencing.ErrInvalidName.
 func KeyPrefix(root string, kind fencing.Kind, name string) (string, error) {
 	if err := check(root, kind, "", fencing.KindLock, fencing.KindSemaphore, fencing.KindRWLock, fencing.KindElection, fencing.KindGroup); err != nil {
 		return "", fmt.Errorf("inspect: KeyPrefix: %w", err)
