@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"runtime"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 // per lost reply: its goroutines and the pool's state stay flat over 1600
 // lost replies on 16 names.
 func TestLostRepliesKeepOneSweeper(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	prefix := fencing.DefaultRoot + "far/" // every kind of every name under it
 	var n atomic.Int64
@@ -73,6 +75,7 @@ func TestLostRepliesKeepOneSweeper(t *testing.T) {
 // the watch of the prefix they have in common. A late enqueue on a name
 // that only such a shared range covers is still swept.
 func TestLostRepliesOnNewNamesStayBounded(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	const names = 2000
 	f := &firstLost{prefix: fencing.DefaultRoot + "jobs/"}

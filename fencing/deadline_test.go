@@ -31,6 +31,7 @@ func withinDeadline(t *testing.T, what string, d time.Duration, call func(ctx co
 }
 
 func TestCallsKeepTheirDeadline(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	// TTL/3 (what removing a key synchronously used to add) is far above

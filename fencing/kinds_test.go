@@ -44,6 +44,7 @@ func take(t testing.TB, lock func(context.Context) (*fencing.Hold, error)) *fenc
 // S3 for each kind: a blackholed holder's context ends strictly before
 // another client sees its key deleted, in every trial.
 func TestKindsStopBeforeServerDeletes(t *testing.T) {
+	etcdtest.Long(t)
 	for _, k := range holdKinds {
 		t.Run(k.name, func(t *testing.T) {
 			etcdtest.BlackholeTrialsOf(t, fencingtest.Single(t), 5, 3*time.Second, "blackhole-"+k.name, k.hold,
@@ -164,6 +165,7 @@ func TestSharedLateEnqueueLeavesNoKey(t *testing.T) {
 // talks to one member only; stopping that member breaks the connection for
 // real, and the watch resumes, on restart, from a revision compacted away.
 func TestSharedWaitSurvivesCompactionAndReconnect(t *testing.T) {
+	etcdtest.Long(t)
 	for _, w := range waitShapes {
 		t.Run(w.name, func(t *testing.T) {
 			c := fencingtest.Three(t)

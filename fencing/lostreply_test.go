@@ -169,6 +169,7 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 // resends started at 1 s), and each answer teaches the session the link's
 // speed.
 func TestSlowLinkIsNotCutShort(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	s := newSession(t, cli)

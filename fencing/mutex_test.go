@@ -291,6 +291,7 @@ func TestLockFailsWhenKeyDeletedWhileWaiting(t *testing.T) {
 // resumes, on restart, from a revision compacted away meanwhile. Its TTL
 // outlasts the member's downtime and gRPC's reconnect backoff.
 func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "compact"))
 	var ctr etcdtest.Counter
@@ -311,6 +312,7 @@ func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
 
 // S1 across a raft leader change: a new owner's token is greater.
 func TestTokensIncreaseAcrossLeaderChange(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	m := newMutex(t, newSession(t, c.Client(t)), "leader-change")
 	h := lock(t, m)
@@ -328,6 +330,7 @@ func TestTokensIncreaseAcrossLeaderChange(t *testing.T) {
 // S9: a waiter whose member loses its raft leader keeps its place: its
 // reads fail for a while (no leader), and it retries instead of failing.
 func TestWaitSurvivesLostQuorum(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t), fencing.WithTTL(30*time.Second)), "quorum"))
 	var ctr etcdtest.Counter

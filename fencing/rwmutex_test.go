@@ -191,6 +191,7 @@ func TestRWMutexBadInput(t *testing.T) {
 // write hold committed while its key was the oldest, and every one under a
 // read hold while no writer's key was older than its own.
 func TestRWMutexExclusionUnderFaults(t *testing.T) {
+	etcdtest.Long(t)
 	const (
 		workers = 6
 		name    = "faulty-rw"

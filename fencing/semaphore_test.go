@@ -269,6 +269,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 // among the Limit oldest, so never more than Limit holds wrote at once,
 // and no key is left.
 func TestSemaphoreNeverOverLimitUnderFaults(t *testing.T) {
+	etcdtest.Long(t)
 	const (
 		limit   = 2
 		workers = 6

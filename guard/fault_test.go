@@ -63,6 +63,7 @@ func TestPausedHolderWriteIsFenced(t *testing.T) {
 // vanish, so the new watch is never created. The context must still end,
 // with the lease's cause, when the session stops vouching.
 func TestRearmingWatchEndsWithSession(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	link := c.NewLinkTo(t, 0)
 	cli := fencingtest.NewClient(t, link.Endpoints())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -199,6 +200,7 @@ func TestAtMostOneCommand(t *testing.T) {
 // A paused runner resumed after another took over does not run its command
 // again alongside, and both shut down cleanly, leaving no key.
 func TestPausedRunnerResumes(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.SingleTLS(t)
 	stamps := newStamps(t)
 	a, b := replica(t, c, stamps, "job"), replica(t, c, stamps, "job")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"strings"
 	"syscall"
 	"testing"
@@ -57,6 +58,7 @@ func checkPermitStamps(t *testing.T, stamps string) {
 // without --permits, refuses to start; all exit 0 on SIGTERM, leaving no
 // process and no key.
 func TestPermitsAtMostN(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.SingleTLS(t)
 	stamps := newStamps(t)
 	reps := []*progtest.Prog{}
@@ -127,6 +129,7 @@ func TestPermitsAtMostN(t *testing.T) {
 // and leave it the name. A mismatch that outlasts three TTLs ends it with
 // status 1, as one on a first acquire does at once.
 func TestPermitsOtherLimitDoesNotEndAHolder(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.SingleTLS(t)
 	stamps := newStamps(t)
 	queue, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, "migrations")

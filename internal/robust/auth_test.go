@@ -98,6 +98,7 @@ func TestAuthLimitedToPrefixes(t *testing.T) {
 // restart voids every client's token. The session's watch stream is made
 // again, and each watch created on it must carry a valid token.
 func TestWatchedHoldAcrossRestartWithAuth(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	c.EnableAuth(t)
 	c.AddUser(t, "svc", "leasehold/")
@@ -123,6 +124,7 @@ func TestWatchedHoldAcrossRestartWithAuth(t *testing.T) {
 // an Authenticate with a bcrypt check of the password and a raft write;
 // `concurrency`'s session renews on one stream, and pays that once.
 func TestRenewalsDoNotAuthenticate(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	c.EnableAuth(t)
 	c.AddUser(t, "svc", "leasehold/")
@@ -161,6 +163,7 @@ func countCalls(method string, n *atomic.Int32) fencingtest.ClientOption {
 // session ended with ErrLeaseUnconfirmed before its first renewal.
 // (Authenticate is sent late by the test, as through a slow link.)
 func TestRenewalsSurviveSlowAuthenticate(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	c.EnableAuth(t)
 	c.AddUser(t, "svc", "leasehold/")
@@ -212,6 +215,7 @@ func delayCalls(method string, on *atomic.Bool, d time.Duration) fencingtest.Cli
 // dropped that answer), a semaphore's waiter acquires, an observer made
 // after and one made before see the next leader, and guarded writes pass.
 func TestAuthTokenExpiryMidWait(t *testing.T) {
+	etcdtest.Long(t)
 	const ttl = time.Second
 	t.Run("jwt", func(t *testing.T) { tokenExpiryMidWait(t, fencingtest.SingleJWT(t, ttl), ttl) })
 	t.Run("simple", func(t *testing.T) { tokenExpiryMidWait(t, fencingtest.SingleTokenTTL(t, ttl), ttl) })

@@ -2,6 +2,7 @@ package robust_test
 
 import (
 	"context"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"sync/atomic"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 // question (1.5 s when a resend had twice the first attempt's half second,
 // 0.6 s now); the resend schedule itself is TestAttemptTimeout's.
 func TestHandoffAcrossTwoDroppedDeletes(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	const name = "dropped-deletes"
 	prefix := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), name)

@@ -3,6 +3,7 @@ package robust_test
 import (
 	"context"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -46,6 +47,7 @@ func groupNameList() []string {
 // its assigned replica, none over its cap, a lower-ranked replica leading
 // none, and the Run's name led.
 func TestGroupUnderFaults(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	maxTime, _ := runLength()
 	hist := watchHistory(t, c, "")

@@ -19,7 +19,7 @@ import (
 
 // harness runs the workers and injects the faults.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	c      *fencingtest.Cluster
 	impl   string
 	store  string                          // the store's URL; for the group workload, the group
@@ -44,7 +44,7 @@ type harness struct {
 
 // newHarness returns a harness for impl's workers on c; store is the
 // store's URL (the group's name, for the group workload).
-func newHarness(t *testing.T, c *fencingtest.Cluster, impl, store string) *harness {
+func newHarness(t testing.TB, c *fencingtest.Cluster, impl, store string) *harness {
 	return &harness{t: t, c: c, impl: impl, store: store, events: make(chan event, 4096),
 		faults: map[string]int{}, links: map[string]*fencingtest.Link{}, procs: map[string]*fencingtest.Proc{}, kept: map[string]bool{},
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))}

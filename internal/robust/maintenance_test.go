@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"log/slog"
 	"os"
 	"regexp"
@@ -35,6 +36,7 @@ import (
 // Short by default (one round of restarts, 4 transfers); with
 // LEASEHOLD_MAINTENANCE_LONG=1, two rounds and 20 transfers.
 func TestMaintenance(t *testing.T) {
+	etcdtest.Long(t)
 	for _, impl := range []string{"leasehold", "concurrency"} {
 		t.Run(impl, func(t *testing.T) {
 			m := runMaintenance(t, impl)

@@ -3,6 +3,7 @@ package robust_test
 import (
 	"context"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -40,6 +41,7 @@ func TestSemaphoreUnderFaults(t *testing.T) { sharedUnderFaults(t, fencing.KindS
 func TestRWMutexUnderFaults(t *testing.T) { sharedUnderFaults(t, fencing.KindRWLock) }
 
 func sharedUnderFaults(t *testing.T, kind fencing.Kind) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	maxTime, _ := runLength()
 	hist := watchHistory(t, c, "")

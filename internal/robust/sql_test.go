@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -29,6 +30,7 @@ import (
 // other lock libraries do; its losses and duplicates are the point, logged,
 // not failed on.
 func TestSQLUnderFaults(t *testing.T) {
+	etcdtest.Long(t)
 	pg := pgtest.Shared(t)
 	t.Run("fenced", func(t *testing.T) {
 		r := runSQLWorkload(t, pg, "fenced")
