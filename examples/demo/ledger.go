@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx", for --ledger-dsn
@@ -65,7 +66,7 @@ func openLedger(ctx context.Context, driver, dsn, run string, create bool) (*led
 	pctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
-		return nil, l.fail(fmt.Errorf("cannot reach the ledger database (%s) within %v: %w", l.where, callTimeout, err))
+		return nil, l.fail(fmt.Errorf("cannot reach the ledger database (%s) within %v: %w", l.where, callTimeout, onceEach{err}))
 	}
 	if l.fence, err = sqlfence.New(db, l.dialect, sqlfence.WithTable(l.table+"_fence")); err != nil {
 		return nil, l.fail(err)
@@ -77,6 +78,22 @@ func openLedger(ctx context.Context, driver, dsn, run string, create bool) (*led
 	}
 	return l, nil
 }
+
+// onceEach is an error whose text gives each line once: pgx reports a
+// refused connection once per attempt (with and without TLS), alike.
+type onceEach struct{ error }
+
+func (e onceEach) Error() string {
+	var out []string
+	for _, line := range strings.Split(e.error.Error(), "\n") {
+		if !slices.Contains(out, line) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func (e onceEach) Unwrap() error { return e.error }
 
 func (l *ledger) fail(err error) error {
 	l.Close()

@@ -44,8 +44,10 @@
 // however it ends (verdict, failure, SIGINT or SIGTERM), it stops its
 // workers, which resign, and deletes both key ranges.
 //
-// Logs (the workers' terms, losses and retries, with reasons) go to stderr;
-// -v adds debug detail. Exit status: 0 when the verdict holds; 1 when it
+// The workers log their failures to stderr; -v adds the library's own log
+// lines (terms, losses and retries, with causes), interleaved with the story.
+// A loss's "early" is how long before the session's ValidUntil it was
+// noticed: negative when the worker was frozen past it. Exit status: 0 when the verdict holds; 1 when it
 // does not, or the demo could not run to the end (etcd unreachable, a step
 // without progress, interrupted); 2 for a bad command line; --help exits 0.
 package main
@@ -59,6 +61,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
 	"github.com/leasehold/leasehold/examples/internal/program"
@@ -101,6 +105,12 @@ func parse(args []string, stderr io.Writer) (config, error) {
 			return fmt.Errorf("--workers %d: need at least 2", c.workers)
 		case c.ttl < fencing.MinTTL:
 			return fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
+		case c.ledgerDSN != "":
+			if _, err := pgx.ParseConfig(c.ledgerDSN); err != nil {
+				return fmt.Errorf("--ledger-dsn: %w", err)
+			}
+		}
+		switch {
 		case c.conn.Endpoints == "" && (c.conn.CACert != "" || c.conn.Cert != "" || c.conn.Key != "" || c.conn.User != ""):
 			return errors.New("TLS and user flags need --endpoints: the embedded etcd uses neither")
 		case c.conn.Endpoints == "":

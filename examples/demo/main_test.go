@@ -44,6 +44,9 @@ func verdictHolds(t *testing.T, code int, stdout, stderr string) {
 func TestDemoEmbedded(t *testing.T) {
 	code, stdout, stderr := progtest.Run(t, hang, noEtcdctlEnv)
 	verdictHolds(t, code, stdout, stderr)
+	if strings.Contains(stderr, "level=") {
+		t.Errorf("the workers' log lines interleave with the story without -v:\n%s", stderr)
+	}
 }
 
 // Against a given cluster (TLS with client certificates, by flags) the demo
@@ -98,6 +101,7 @@ func TestDemoFailsClearly(t *testing.T) {
 		{"--endpoints", "ftp://x"},
 		{"--nonsense"},
 		{"extra"},
+		{"--ledger-dsn", "://bad"},
 	} {
 		if code := run(t.Context(), args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("demo %q: exit %d; want 2", args, code)
@@ -162,6 +166,9 @@ func TestDemoUnreachableLedger(t *testing.T) {
 	code, _, stderr := progtest.Run(t, time.Minute, noEtcdctlEnv, args...)
 	if code != 1 || !strings.Contains(stderr, "cannot reach the ledger database (PostgreSQL)") {
 		t.Fatalf("exit %d (want 1); stderr:\n%s", code, stderr)
+	}
+	if n := strings.Count(stderr, "connection refused"); n != 1 {
+		t.Errorf("the refusal is told %d times; want once:\n%s", n, stderr)
 	}
 	if keys := c.Keys(t, ""); len(keys) != 0 {
 		t.Fatalf("keys left: %q", keys)

@@ -49,7 +49,13 @@ func workerMain(name string, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	log := c.conn.Logger(os.Stderr).With("worker", name)
+	// The story on stdout tells each loss; the library's own lines (-v)
+	// give their causes in full, interleaved with it.
+	level := slog.LevelError
+	if c.conn.Verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("worker", name)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cli, err := c.conn.Dial(ctx)

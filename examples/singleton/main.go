@@ -4,10 +4,12 @@
 //	singleton --name nightly-backup --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem -- ./backup.sh --full
 //
 // Every replica campaigns in the election NAME. The leader runs the command
-// with LEASEHOLD_NAME, LEASEHOLD_TOKEN (the term's fencing token,
-// "name@revision") and LEASEHOLD_KEY in its environment, so the command can fence its own writes:
-// on the key's create revision being the token's revision, never on the key
-// merely existing (a session reuses a finished term's key).
+// with LEASEHOLD_NAME, LEASEHOLD_TOKEN (the term's fencing token, as
+// fencing.Token's String writes it: "name@revision#cluster", the cluster ID
+// in hex; fencing.ParseToken reads it) and LEASEHOLD_KEY in its environment,
+// so the command can fence its own writes: on the key's create revision
+// being the token's revision, never on the key merely existing (a session
+// reuses a finished term's key).
 // When the command exits 0, singleton resigns and exits 0; when it fails,
 // singleton resigns and campaigns again after a backoff. SIGINT or SIGTERM
 // stops the command, resigns so another replica takes over at once, and
@@ -220,8 +222,8 @@ func (c config) margin() (time.Duration, error) {
 		need += time.Second
 	}
 	return 0, fmt.Errorf("--grace %v is too long for --ttl %v: the command must be killed before etcd can expire "+
-		"the lease, so grace plus a %v margin must stay under half the TTL; use --ttl %v or more, or a shorter --grace",
-		c.grace, c.ttl, baseMargin(ttl), need)
+		"the lease, so grace plus the library's margin, max(TTL/10, 500ms), must stay under half the TTL; "+
+		"use --ttl %v or more, or a shorter --grace", c.grace, c.ttl, need)
 }
 
 // run is the whole program; it returns the exit status.

@@ -293,6 +293,7 @@ func TestCommandLine(t *testing.T) {
 		{"no permits", []string{"--name", "x", "--permits", "0", "--", "true"}, 2, "--permits 0: want 1 or more"},
 		{"permits and group", []string{"--group", "g", "--names", "a", "--permits", "2", "--", "true"}, 2, "--permits does not go with --group"},
 		{"grace too long", []string{"--name", "x", "--ttl", "10s", "--grace", "10s", "--", "true"}, 2, "use --ttl 26s or more"},
+		{"grace rule stated", []string{"--name", "x", "--ttl", "5s", "--grace", "5s", "--", "true"}, 2, "max(TTL/10, 500ms)"},
 		{"bad name", []string{"--name", "", "--", "true"}, 2, "--name"},
 		{"unreachable", []string{"--name", "x", "--endpoints", "127.0.0.1:1", "--dial-timeout", "2s", "--", "true"}, 1, "127.0.0.1:1"},
 		{"unreachable with permits", []string{"--name", "x", "--permits", "2", "--endpoints", "127.0.0.1:1", "--dial-timeout", "2s", "--", "true"}, 1, "127.0.0.1:1"},
