@@ -1,5 +1,7 @@
-// Package fencing is the revision mutex: locks on etcd whose every owner
-// holds a fencing token greater than every earlier owner's.
+// Package fencing gives distributed locks on etcd (Mutex, Semaphore,
+// RWMutex) whose holders carry a fencing token: a number that grows with
+// every new owner, so that a store can refuse the writes of an owner that
+// has been replaced without knowing it.
 //
 // A Session is one etcd lease, kept alive. It vouches for the lease until
 // ValidUntil, computed from the send time of the last acknowledged renewal so
@@ -24,17 +26,16 @@
 //
 // # Fencing other stores
 //
-// A store that can compare on write fences itself. In SQL, keep the token's
-// revision in a fence column and make every write conditional on it:
-//
-//	UPDATE jobs SET state = $1, fence = $2 WHERE id = $3 AND fence <= $2
-//
-// Zero rows updated means a newer owner has written: the writer lost the
-// lock and must stop. Stores that cannot compare sit behind a Gate, which
-// remembers the highest token per name (in memory, or in etcd with
-// EtcdGateStore) and refuses older ones; over HTTP, Gate.Middleware admits
-// the token in the TokenHeader of each request, which clients set with
-// SetTokenHeader from a context made by WithToken.
+// Package fencing/sqlfence makes a database/sql transaction fenced:
+// PostgreSQL or SQLite itself refuses a token older than one it has
+// admitted, in the same transaction as the writes it protects. Another
+// store that can compare on write fences itself the same way: keep the
+// token's revision beside the data and make each write conditional on it.
+// Stores that cannot compare sit behind a Gate, which remembers the highest
+// token per name (in memory, or in etcd with EtcdGateStore) and refuses
+// older ones; over HTTP, Gate.Middleware admits the token in the
+// TokenHeader of each request, which clients set with SetTokenHeader from a
+// context made by WithToken.
 //
 // Revisions are only comparable within one etcd cluster's history. A cluster
 // restored from a backup, or a migration to a new cluster, starts from a

@@ -43,15 +43,12 @@
 // a 25 ms raft heartbeat and a 250 ms election timeout, so a member fault resolves within
 // about half a second, and their logs discarded. Leases still last at least
 // their TTL, and etcd's expiry scan still runs every 500 ms. Clients made
-// here probe their connections every second. A single member starts in
-// about 0.2 s, three members in 1 to 2 s (measured on two cores).
+// here probe their connections every second.
 //
-// The first build of a test that imports this package compiles etcd's
-// server and its dependencies (bbolt, raft, gRPC's server side). Measured
-// on two cores from an empty build cache: 50 s, against 31 s for a test that
-// imports only the library (18 s more once the library is in the cache), and
-// a test binary of 35 MB against 19 MB. The build cache makes later builds
-// as fast as any.
+// The first build of a test that imports this package also compiles etcd's
+// server and its dependencies (bbolt, raft, gRPC's server side), which takes
+// a while on a small machine; the build cache makes later builds as fast as
+// any.
 //
 // Helpers take a TB: a *testing.T, *testing.B or *testing.F. Standalone is
 // a TB for code outside a test, such as the examples below.
