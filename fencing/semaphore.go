@@ -19,8 +19,7 @@ import (
 //
 // Every process using a name must give the same limit: Acquire and
 // TryAcquire return ErrLimitMismatch when a key ahead of theirs was queued
-// with another, so two processes never enforce two limits. To change a
-// limit, stop every process that uses the name, or move to a new name.
+// with another. To change a limit, stop every process that uses the name.
 //
 // A Semaphore holds no state between calls: it is safe for concurrent use.
 type Semaphore struct {

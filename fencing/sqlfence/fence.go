@@ -123,9 +123,8 @@ func (f *Fence) Migrate(ctx context.Context) error {
 // same token admitted again passes (a retry). fn's error and ctx's end are
 // returned as they are, after a rollback; a transaction the database ended
 // returns ErrNotCommitted. Any other error of the commit leaves the outcome
-// unknown, as with any transaction. Bad input (a zero or invalid token, a
-// nil ctx or fn, a closed db) returns fencing.ErrInvalidToken,
-// ErrInvalidName or ErrInvalidArgument, and writes nothing.
+// unknown, as with any transaction. Bad input (an invalid token, a nil ctx
+// or fn, a closed db) returns a fencing sentinel and writes nothing.
 func (f *Fence) Tx(ctx context.Context, t fencing.Token, fn func(*sql.Tx) error) error {
 	if err := f.check(ctx, t); err != nil {
 		return fmt.Errorf("sqlfence: Tx %v: %w", t, err)
