@@ -464,7 +464,7 @@ func (r *runner) serve(ctx context.Context, t *Term) served {
 		res.cause = r.resign(ctx, t)
 	}
 	level := slog.LevelDebug
-	if res.lost {
+	if res.lost && !errors.Is(res.cause, errResigned) { // a resign asked for is no loss
 		level = slog.LevelWarn
 	}
 	r.log.Log(ctx, level, "stopped leading", "token", t.Token(), "cause", res.cause, "work_err", res.workErr)

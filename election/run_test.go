@@ -272,3 +272,79 @@ func TestRunReportsUnreachableEtcd(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// A term that the leader's own code resigns (an operator's request, as
+// examples/leader's POST /resign) ends normally: Run logs its end at debug,
+// as README's log levels have it, not at warn, which is for losses.
+func TestRunLogsRequestedResignAtDebug(t *testing.T) {
+	c := fencingtest.Single(t)
+	var h levels
+	terms := make(chan *election.Term, 1)
+	stop := fencingtest.Go(t, func(ctx context.Context) error {
+		return election.Run(ctx, c.Client(t), "resigned", "v", func(ctx context.Context, term *election.Term) error {
+			select {
+			case terms <- term:
+			default: // a later term: the test has its one
+			}
+			<-ctx.Done()
+			return nil
+		}, election.AfterSuccess(election.KeepLeading), election.WithBackoff(time.Second, time.Second),
+			election.WithSessionOptions(fencing.WithLogger(slog.New(&h))))
+	})
+	term := fencingtest.Receive(t, terms, "a term")
+	if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	fencingtest.WaitFor(t, wait, `"stopped leading" logged`, func() bool { return len(h.of("stopped leading")) > 0 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.of("stopped leading"); got[0] != slog.LevelDebug {
+		t.Errorf(`"stopped leading" of the resigned term logged at %v, want %v`, got[0], slog.LevelDebug)
+	}
+	if warned := h.atLeast(slog.LevelWarn); len(warned) > 0 {
+		t.Errorf("logged at warn or above: %q", warned)
+	}
+}
+
+// levels records the level and message of each log record.
+type levels struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *levels) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levels) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r)
+	return nil
+}
+func (h *levels) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levels) WithGroup(string) slog.Handler      { return h }
+
+// of returns the levels of the records with message msg, in order.
+func (h *levels) of(msg string) []slog.Level {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []slog.Level
+	for _, r := range h.records {
+		if r.Message == msg {
+			out = append(out, r.Level)
+		}
+	}
+	return out
+}
+
+// atLeast returns the messages of the records at level or above.
+func (h *levels) atLeast(level slog.Level) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.records {
+		if r.Level >= level {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
