@@ -30,9 +30,9 @@ type candidacy struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	self    prefer.Record
+	self    prefer.Record                   // as last written, once etcd answered
 	records map[string]prefer.Record        // by key, as last read or watched
-	readRev int64                           // the revision of the last read
+	rev     int64                           // the view holds every change up to this revision
 	err     error                           // why etcd refused the record; nil if it did not
 	changed chan struct{}                   // closed at each change of records
 	cancels map[int]context.CancelCauseFunc // of whilePreferred's contexts
@@ -96,7 +96,7 @@ func (c *candidacy) firstWrite() ([]clientv3.Op, func([]*etcdserverpb.ResponseOp
 // was lost (follow's read then fills the view).
 func (c *candidacy) enqueued(also []*etcdserverpb.ResponseOp, rev int64) {
 	if len(also) == 1 && also[0].GetResponseRange() != nil {
-		c.replace(also[0].GetResponseRange().Kvs, rev)
+		c.replace(also[0].GetResponseRange().Kvs, rev, nil)
 	}
 	c.mu.Lock()
 	c.wrote = true
@@ -154,7 +154,7 @@ func (c *candidacy) arm(ctx context.Context, w watchOn) error {
 			watchstream.Ended(w.ctx, c.link.Client, resp)
 			return fmt.Errorf("election: watch candidates %q: %w", c.prefix, retry.Typed(resp.Err()))
 		case resp.Header.Revision > c.seen():
-			return c.read(ctx, false)
+			return c.read(ctx, nil)
 		}
 		return nil
 	case <-ctx.Done():
@@ -162,11 +162,11 @@ func (c *candidacy) arm(ctx context.Context, w watchOn) error {
 	}
 }
 
-// seen is the revision of the view's last read.
+// seen is the revision the view is complete up to.
 func (c *candidacy) seen() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.readRev
+	return c.rev
 }
 
 // leave stops following the records; the session's end removes the record.
@@ -265,23 +265,21 @@ func (c *candidacy) readRecords() clientv3.Op { return clientv3.OpGet(c.prefix, 
 func (c *candidacy) refresh(ctx context.Context, resps []*etcdserverpb.ResponseOp, rev int64) error {
 	if len(resps) == 1 {
 		if rr := resps[0].GetResponseRange(); rr != nil {
-			c.replace(rr.Kvs, rev)
+			c.replace(rr.Kvs, rev, nil)
 			return nil
 		}
 	}
-	return c.read(ctx, false)
+	return c.read(ctx, nil)
 }
 
 // read replaces the view with a fresh read, after writing this replica's
-// record in the same txn when put is set; the watch's events up to the
-// read's revision are then old news.
-func (c *candidacy) read(ctx context.Context, put bool) error {
-	c.mu.Lock()
+// record as put in the same txn when put is set; the watch's events up to
+// the read's revision are then old news.
+func (c *candidacy) read(ctx context.Context, put *prefer.Record) error {
 	ops := []clientv3.Op{clientv3.OpGet(c.prefix, clientv3.WithPrefix())}
-	if put {
-		ops = append([]clientv3.Op{clientv3.OpPut(c.self.Key, prefer.Encode(c.self), clientv3.WithLease(c.link.Lease))}, ops...)
+	if put != nil {
+		ops = append([]clientv3.Op{clientv3.OpPut(put.Key, prefer.Encode(*put), clientv3.WithLease(c.link.Lease))}, ops...)
 	}
-	c.mu.Unlock()
 	var resp *clientv3.TxnResponse
 	var unsure bool
 	err := retry.Until(ctx, c.link.Life, c.link.Latency, &unsure, func(ctx context.Context) (err error) {
@@ -295,7 +293,7 @@ func (c *candidacy) read(ctx context.Context, put bool) error {
 	if len(resp.Responses) != len(ops) || last == nil {
 		return fmt.Errorf("election: candidates %q: %w", c.prefix, retry.ErrMalformed)
 	}
-	c.replace(last.Kvs, resp.Header.Revision)
+	c.replace(last.Kvs, resp.Header.Revision, put)
 	return nil
 }
 
@@ -335,7 +333,7 @@ func (c *candidacy) follow(ctx context.Context, made <-chan watchOn, draining <-
 		retry.Pause(ctx, wait)
 		wait = min(2*wait, retry.MaxBackoff)
 		made = c.open(ctx)
-		if err := c.read(ctx, false); err == nil {
+		if err := c.read(ctx, nil); err == nil {
 			draining = c.sync(ctx, draining)
 		}
 	}
@@ -344,7 +342,10 @@ func (c *candidacy) follow(ctx context.Context, made <-chan watchOn, draining <-
 // write writes the record and reads the others; a refusal fails the
 // candidacy.
 func (c *candidacy) write(ctx context.Context) {
-	if err := c.read(ctx, true); err != nil && ctx.Err() == nil {
+	c.mu.Lock()
+	self := c.self
+	c.mu.Unlock()
+	if err := c.read(ctx, &self); err != nil && ctx.Err() == nil {
 		if refused(err) {
 			c.fail(err)
 		} else {
@@ -369,40 +370,42 @@ func (c *candidacy) watch(ctx context.Context, w watchOn, draining <-chan struct
 			if err := resp.Err(); err != nil {
 				return retry.Typed(err)
 			}
-			c.apply(resp.Events)
+			c.apply(resp.Events, resp.Header.Revision)
 			draining = c.sync(ctx, draining)
 		}
 	}
 }
 
 // sync writes this replica's record again if the drain changed or the
-// record is missing from the view, and returns the drain's next change.
+// record is missing from the view, and returns the drain's next change. A
+// changed drain counts once etcd has answered the write, with the records
+// read in its txn: judged on the view before it, a drained leader would
+// give way to a candidate whose record was already gone.
 func (c *candidacy) sync(ctx context.Context, draining <-chan struct{}) <-chan struct{} {
 	c.mu.Lock()
 	_, present := c.records[c.self.Key]
-	was := c.self.Drain
+	self := c.self
 	if c.drain != nil {
-		c.self.Drain, draining = c.drain.state()
+		self.Drain, draining = c.drain.state()
 	}
-	changed := !present || was != c.self.Drain
-	if was != c.self.Drain {
-		c.notify() // this replica's rank changed: whilePreferred must look
-	}
+	changed := !present || self.Drain != c.self.Drain
 	c.mu.Unlock()
 	if changed {
-		if err := c.read(ctx, true); err != nil && ctx.Err() == nil {
+		if err := c.read(ctx, &self); err != nil && ctx.Err() == nil {
 			c.log.Warn("writing the candidate record failed", "err", err)
 		}
 	}
 	return draining
 }
 
-func (c *candidacy) apply(evs []*clientv3.Event) {
+// apply takes a watch response's events into the view; rev, its header's
+// revision, is the one the view is then complete up to.
+func (c *candidacy) apply(evs []*clientv3.Event, rev int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ev := range evs {
-		if ev.Kv.ModRevision <= c.readRev {
-			continue // the last read has it
+		if ev.Kv.ModRevision <= c.rev {
+			continue // the view has it
 		}
 		key := string(ev.Kv.Key)
 		if ev.Type == clientv3.EventTypeDelete {
@@ -411,19 +414,27 @@ func (c *candidacy) apply(evs []*clientv3.Event) {
 		}
 		c.set(key, ev.Kv.Value)
 	}
+	c.rev = max(c.rev, rev)
 	c.notify()
 }
 
-func (c *candidacy) replace(kvs []*mvccpb.KeyValue, rev int64) {
+// replace makes kvs, read at rev, the view, and self, when set, this
+// replica's record as written in the txn of that read. A read older than
+// the view (a campaign's, answered after the watch delivered later
+// changes) is left out: it would bring back a record whose deletion the
+// view has already applied, for good.
+func (c *candidacy) replace(kvs []*mvccpb.KeyValue, rev int64, self *prefer.Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if rev < c.readRev {
-		return // a read overtaken by a later one (the watch's)
+	if self != nil {
+		c.self = *self
 	}
-	c.readRev = rev
-	c.records = map[string]prefer.Record{}
-	for _, kv := range kvs {
-		c.set(string(kv.Key), kv.Value)
+	if rev >= c.rev {
+		c.rev = rev
+		c.records = map[string]prefer.Record{}
+		for _, kv := range kvs {
+			c.set(string(kv.Key), kv.Value)
+		}
 	}
 	c.notify()
 }
