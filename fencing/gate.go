@@ -88,7 +88,7 @@ func (g *Gate) report(t Token, err error) error {
 // one store (each with its own Gate, sharing an EtcdGateStore), a slow
 // write admitted by one can still land after a newer one admitted by
 // another: such a store must check the token itself, in the same
-// transaction as the write (the fence column of the package doc).
+// transaction as the write (see fencing/sqlfence).
 func (g *Gate) Do(ctx context.Context, t Token, write func(ctx context.Context) error) error {
 	if write == nil {
 		return fmt.Errorf("fencing: gate Do %v: %w: nil write", t, ErrInvalidArgument)

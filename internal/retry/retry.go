@@ -51,8 +51,8 @@ const attemptCeiling = 8 * time.Second
 // was most likely dropped, as etcd drops a write that a follower forwards to
 // a leader just moved, removed or stopped, and the election that follows
 // may outlast the first attempt. Later attempts reach the new leader soon
-// after it exists (#29: with the floor doubled, two dropped deletes left a
-// lock free for 1.5 s).
+// after it exists (with the floor doubled, two dropped deletes left a lock
+// free for 1.5 s: TestHandoffAcrossTwoDroppedDeletes).
 func Timeout(lat *Latency, n int) time.Duration {
 	d := max(AttemptFloor, 4*lat.Get())
 	if n > 0 {
