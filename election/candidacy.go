@@ -48,8 +48,8 @@ type candidacy struct {
 	firstOnce sync.Once
 	wrote     bool
 
-	// judging, set by tests before a successor starts, runs each time the
-	// successor's follower is about to judge next (see followQueue).
+	// judging, set by tests before a successor starts, runs each time a
+	// successor's await has judged next and is about to wait.
 	judging func(next *mvccpb.KeyValue)
 }
 

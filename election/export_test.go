@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -25,33 +26,41 @@ func JoinCandidates(s *fencing.Session, name string, rank ...int64) (leave func(
 // (its record written by the candidacy, not by an enqueue). ready reports
 // whether that is a preferred candidate; stop ends both.
 func FollowSuccessor(s *fencing.Session, name string, t *Term, rank ...int64) (ready func() bool, stop func()) {
-	return FollowSuccessorJudging(s, name, t, nil, rank...)
+	c, succ := followSuccessor(s, name, t, rank)
+	return func() bool { return succ.holds(c.preferredNext) }, func() { succ.stop(); c.leave() }
 }
 
-// FollowSuccessorJudging is FollowSuccessor with judging run in the
-// follower each time it is about to judge the key right behind t (next,
-// empty if none): after it took the channel of the view's next change.
-// view reports what the follower's view holds at that moment: how many
-// records, and whether next is a preferred candidate's.
-func FollowSuccessorJudging(s *fencing.Session, name string, t *Term,
-	judging func(next string, view func() (records int, preferred bool)), rank ...int64) (ready func() bool, stop func()) {
+// AwaitSuccessorJudging is FollowSuccessor's wait, as a leader that gives
+// way waits: await waits until the key right behind t is a preferred
+// candidate's and reports whether it is, or gives up when ctx ends.
+// judging runs each time await has found that key (next, empty if none)
+// not to be one, and is about to wait for the next change; view reports
+// what the view holds at that moment: how many records, and whether next is
+// a preferred candidate's.
+func AwaitSuccessorJudging(s *fencing.Session, name string, t *Term,
+	judging func(next string, view func() (records int, preferred bool)), rank ...int64) (await func(context.Context) bool, stop func()) {
+	c, succ := followSuccessor(s, name, t, rank)
+	c.judging = func(next *mvccpb.KeyValue) {
+		judging(string(next.GetKey()), func() (int, bool) {
+			c.mu.Lock()
+			records := len(c.records)
+			c.mu.Unlock()
+			return records, c.preferredNext(next)
+		})
+	}
+	return func(ctx context.Context) bool { return succ.await(ctx, c.preferredNext) }, func() { succ.stop(); c.leave() }
+}
+
+func followSuccessor(s *fencing.Session, name string, t *Term, rank []int64) (*candidacy, *successor) {
 	c := join(s, name, rank, nil, slog.New(slog.DiscardHandler))
 	c.firstDone()
-	if judging != nil {
-		c.judging = func(next *mvccpb.KeyValue) {
-			judging(string(next.GetKey()), func() (int, bool) {
-				c.mu.Lock()
-				records := len(c.records)
-				c.mu.Unlock()
-				return records, next != nil && c.isPreferred(next.Lease)
-			})
-		}
-	}
-	succ := c.successor(t)
-	ready = func() bool {
-		succ.mu.Lock()
-		defer succ.mu.Unlock()
-		return succ.ready
-	}
-	return ready, func() { succ.stop(); c.leave() }
+	return c, c.successor(t)
+}
+
+// holds reports whether ok holds of the key right behind the term now.
+func (s *successor) holds(ok func(next *mvccpb.KeyValue) bool) bool {
+	s.mu.Lock()
+	known, gone, next := s.known, s.gone, s.next
+	s.mu.Unlock()
+	return known && !gone && ok(next)
 }

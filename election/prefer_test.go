@@ -721,11 +721,12 @@ func TestSuccessorSeesEnqueueBeforeItsWatch(t *testing.T) {
 	f.waitLeader("high")
 }
 
-// A ranked leader's follower of its successor sees a change of the
-// candidates' view that lands as it judges the key behind the term: it
-// takes the view's change channel before judging. Here the change is the
-// last event (a record goes, the queue does not move), so a follower that
-// took the channel after judging would wait on the next change for good.
+// A ranked leader that waits for a preferred successor sees a change of the
+// candidates' view that lands after it judged the key behind the term, and
+// before it waits: it takes the view's change channel before judging. Here
+// the change is the last event (a record goes, the queue does not move), so
+// a wait that took the channel after judging would wait on the next change
+// for good.
 func TestSuccessorSeesViewChangeWhileJudging(t *testing.T) {
 	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
@@ -740,10 +741,10 @@ func TestSuccessorSeesViewChangeWhileJudging(t *testing.T) {
 		return len(c.Queue(t, fencing.KindElection, fleetName).Candidates) == 2
 	})
 
-	// The follower's first judging (no one behind) waits for the view to
-	// hold all three records, its own too; mid queues only then, so its key
-	// is judged after the follower's read and watch are set up, with no
-	// event left to wake the follower but the one its judging makes.
+	// The wait's first judging (no one behind) waits for the view to hold
+	// all three records, its own too; mid queues only then, so its key is
+	// judged after the follower's read and watch are set up, with no event
+	// left to wake the wait but the one its judging makes.
 	settled, changed := make(chan error, 1), make(chan error, 1)
 	var first, acted sync.Once
 	judging := func(next string, view func() (records int, preferred bool)) {
@@ -753,9 +754,11 @@ func TestSuccessorSeesViewChangeWhileJudging(t *testing.T) {
 		}
 		acted.Do(func() { changed <- topGoesWhileJudging(top, view) })
 	}
-	ready, stop := election.FollowSuccessorJudging(s, fleetName, term, judging, 1)
+	await, stop := election.AwaitSuccessorJudging(s, fleetName, term, judging, 1)
 	defer stop()
-	receive(t, settled, "the follower to judge that no one is behind")
+	awaited := make(chan bool, 1)
+	go func() { awaited <- await(fencingtest.Context(t, wait)) }()
+	receive(t, settled, "the leader to judge that no one is behind")
 	ctx, cancel := context.WithCancel(fencingtest.Context(t, wait))
 	campaigned := make(chan error, 1)
 	go func() {
@@ -763,12 +766,14 @@ func TestSuccessorSeesViewChangeWhileJudging(t *testing.T) {
 		campaigned <- err
 	}()
 	defer func() { cancel(); <-campaigned }()
-	receive(t, changed, "the follower to judge mid")
-	fencingtest.WaitFor(t, wait, "the leader to see mid preferred once top has gone", ready)
+	receive(t, changed, "the leader to judge mid")
+	if !fencingtest.Receive(t, awaited, "the leader to see mid preferred once top has gone") {
+		t.Fatal("the wait for a preferred successor gave up")
+	}
 }
 
-// topGoesWhileJudging runs in the follower, between its taking the view's
-// change channel and judging mid: with mid ranked below top in the view, it
+// topGoesWhileJudging runs in the wait, once it has judged mid not
+// preferred and before it waits: with mid ranked below top in the view, it
 // ends top's session and waits until the view has seen top's record go.
 func topGoesWhileJudging(top *fencing.Session, view func() (records int, preferred bool)) error {
 	if _, preferred := view(); preferred {

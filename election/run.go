@@ -227,9 +227,9 @@ type runner struct {
 	// stays, when set, lasts as long as the replica does (RunGroup's round):
 	// a resign gets a leave's grace only once it ends.
 	stays context.Context
-	// handoff, when set, runs before a resign with a reason: Run waits for
-	// the preferred candidate to queue next.
-	handoff func(context.Context, *Term)
+	// handoff, when set, runs before every resign: a ranked Run waits for
+	// the right candidate to queue next.
+	handoff func(ctx context.Context, t *Term, reason error)
 	// succ follows who queues right behind the term a ranked replica
 	// leads, from its work's start until lead returns.
 	succ *successor
@@ -373,17 +373,31 @@ func (r *runner) campaignRanked(ctx context.Context, e *Election) (*Term, error)
 	}
 }
 
-// handOff waits, up to handoffWait, until the candidate queued right behind
-// t is a preferred one: known already for a term that ran work (lead
-// follows it from the start), found by a read and a watch for one resigned
-// before.
-func (r *runner) handOff(ctx context.Context, t *Term) {
+// handOff waits, up to handoffWait, until the right candidate is queued
+// right behind t: a preferred one when t gives way (reason set); when t
+// ends for any other reason, one that no live record outranks, so that a
+// lower candidate about to withdraw is not handed a term it would give up
+// at once. The view is read first then: the record that outranks it may be
+// newer than the view's last event (a leader stopped the moment a preferred
+// record appears). Who is behind is known already for a term that ran work
+// (lead follows it from the start), and found by a read and a watch for one
+// resigned before.
+func (r *runner) handOff(ctx context.Context, t *Term, reason error) {
+	ctx, cancel := context.WithTimeout(ctx, handoffWait)
+	defer cancel()
 	s := r.succ
 	if s == nil || s.t != t {
 		s = r.cand.successor(t)
 		defer s.stop()
 	}
-	s.await(ctx)
+	if reason != nil {
+		s.await(ctx, r.cand.preferredNext)
+		return
+	}
+	if err := r.cand.read(ctx, nil); err != nil {
+		return // resign at once rather than judge on a view that may lag
+	}
+	s.await(ctx, r.cand.unopposed)
 }
 
 // untilPreferred waits until no live candidate ranks above this replica,
@@ -541,8 +555,11 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 	if r.reason != nil {
 		reason = r.reason(ctx)
 	}
-	if reason != nil && r.handoff != nil {
-		r.handoff(rctx, t)
+	if r.handoff != nil {
+		// Half the grace at most once ctx has ended: the resign needs the rest.
+		hctx, hcancel := ctxutil.Detach(base, leaveGrace/2, r.s.TTL())
+		r.handoff(hctx, t, reason)
+		hcancel()
 	}
 	report, err := t.resign(rctx, reason)
 	report()

@@ -14,71 +14,83 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// handoffWait bounds how long a leader that gives way waits for a preferred
+// handoffWait bounds how long a leader that resigns waits for the right
 // candidate to queue next: one that never does (its campaigns fail) delays
 // the handover by no more than this.
 const handoffWait = 2 * time.Second
 
-// A successor follows, for one term, whether the candidate queued right
-// behind it is a preferred one: resigning then hands the name straight to
-// it, not to a lower candidate that has yet to see the preferred one's
-// record and withdraw (it would lead for a moment, then give way in turn).
-// A ranked leader follows from its work's start, so that when a preferred
-// candidate appears the answer is known without a read of the queue.
+// A successor follows, for one term, who is queued right behind it, so that
+// a leader that resigns can hand the name straight to the right candidate:
+// not to a lower one that has yet to see a preferred one's record and
+// withdraw (it would lead for a moment, then give way in turn). A ranked
+// leader follows from its work's start, so that when it resigns the answer
+// is known without a read of the queue. The candidates' records are judged
+// when asked (await), against the candidacy's view as it is then.
 type successor struct {
+	c    *candidacy
 	t    *Term
 	stop context.CancelFunc
 
 	mu      sync.Mutex
-	ready   bool
-	changed chan struct{} // closed at each change of ready
+	known   bool             // next is the queue as read, and watched since
+	gone    bool             // the term's key no longer leads: nothing to hand over
+	next    *mvccpb.KeyValue // right behind the term's key; nil if none
+	changed chan struct{}    // closed at each change of the fields above
 }
 
 // successor starts following who queues right behind t, until stop or the
 // session's end. The session owns the goroutine.
 func (c *candidacy) successor(t *Term) *successor {
 	ctx, stop := context.WithCancel(c.link.Life)
-	s := &successor{t: t, stop: stop, changed: make(chan struct{})}
+	s := &successor{c: c, t: t, stop: stop, changed: make(chan struct{})}
 	if !c.link.Go(func() { c.followQueue(ctx, t, s) }) {
 		stop() // the session has ended: nothing to hand over
 	}
 	return s
 }
 
-// await waits, up to handoffWait, until the candidate right behind the term
-// is a preferred one, or ctx ends.
-func (s *successor) await(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, handoffWait)
-	defer cancel()
+// await waits until ok holds of the key right behind the term, and reports
+// whether it did: false once the term is found gone or ctx ends.
+func (s *successor) await(ctx context.Context, ok func(next *mvccpb.KeyValue) bool) bool {
 	for {
+		// The view's change channel first: a change made while next is
+		// judged must wake this loop, not pass unseen.
+		_, viewChanged := s.c.preferred()
 		s.mu.Lock()
-		ready, changed := s.ready, s.changed
+		known, gone, next, changed := s.known, s.gone, s.next, s.changed
 		s.mu.Unlock()
-		if ready {
-			return
+		switch {
+		case gone:
+			return false
+		case known && ok(next):
+			return true
+		}
+		if s.c.judging != nil {
+			s.c.judging(next)
 		}
 		select {
 		case <-changed:
+		case <-viewChanged:
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
 }
 
-func (s *successor) set(ready bool) {
+// set records what the follower knows of the key right behind the term.
+func (s *successor) set(known, gone bool, next *mvccpb.KeyValue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ready != s.ready {
-		s.ready = ready
+	if known != s.known || gone != s.gone || next != s.next {
+		s.known, s.gone, s.next = known, gone, next
 		close(s.changed)
 		s.changed = make(chan struct{})
 	}
 }
 
-// followQueue keeps s.ready true exactly while the key right behind t's is
-// a preferred candidate's, by one read and a watch of the queue: a read
-// again only when the key right behind goes, or the watch began past the
-// read. The candidate records' changes are seen through c's view.
+// followQueue keeps s's next the key right behind t's, by one read and a
+// watch of the queue: a read again only when the key right behind goes, or
+// the watch began past the read.
 func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 	queue := keyspace.Prefix(c.link.Root, string(fencing.KindElection), t.Token().Name)
 	// A watch created past the read reads again, for the enqueue that may
@@ -90,6 +102,7 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 	wait := retry.MinBackoff // doubles while watches fail to arm, as the candidacy's
 	for ctx.Err() == nil {
 		if read {
+			s.set(false, false, nil) // until the read: the key behind may have gone
 			resp, err := retry.Once(c.link.Latency, ctx, c.link.Life, func() (*clientv3.GetResponse, error) {
 				return c.link.Client.Get(ctx, queue, append(clientv3.WithFirstCreate(), clientv3.WithLimit(2))...)
 			})
@@ -98,7 +111,7 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 				continue
 			}
 			if len(resp.Kvs) == 0 || string(resp.Kvs[0].Key) != t.Key() {
-				s.set(false) // the term is lost: nothing to hand over
+				s.set(true, true, nil) // the term is lost: nothing to hand over
 				return
 			}
 			next, read, readRev = nil, false, resp.Header.Revision
@@ -106,13 +119,7 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 				next = resp.Kvs[1]
 			}
 		}
-		// The view's change channel first: a change made while next is
-		// judged must wake this loop, not pass unseen.
-		_, changed := c.preferred()
-		if c.judging != nil {
-			c.judging(next)
-		}
-		s.set(next != nil && c.isPreferred(next.Lease))
+		s.set(true, false, next)
 		select {
 		case w = <-made:
 			made = nil
@@ -129,7 +136,6 @@ func (c *candidacy) followQueue(ctx context.Context, t *Term, s *successor) {
 			default:
 				next, read = behind(next, resp.Events, readRev)
 			}
-		case <-changed: // the view of the records: is next still preferred?
 		case <-ctx.Done():
 		}
 	}
@@ -151,11 +157,36 @@ func behind(next *mvccpb.KeyValue, evs []*clientv3.Event, rev int64) (_ *mvccpb.
 	return next, false
 }
 
-// isPreferred reports whether a queue key on lease is a preferred
-// candidate's: its session's record is live and nothing ranks above it.
-func (c *candidacy) isPreferred(lease int64) bool {
+// preferredNext reports whether next, the key right behind a leader's, is
+// a preferred candidate's: its session's record is live and nothing ranks
+// above it. What a leader that gives way waits for.
+func (c *candidacy) preferredNext(next *mvccpb.KeyValue) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.records[c.prefix+keyspace.Stem(lease)+"0"]
+	r, ok := c.records[c.recordKey(next)]
 	return ok && prefer.Preferred(c.records, r)
+}
+
+// unopposed reports whether no live record ranks above next, the key right
+// behind a leader's: there is none, or it ranks nothing (it will not
+// withdraw), or it is preferred. What a leader that leaves waits for: one
+// that is opposed is about to withdraw, and would give up at once a term
+// handed to it.
+func (c *candidacy) unopposed(next *mvccpb.KeyValue) bool {
+	if next == nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.records[c.recordKey(next)]
+	return !ok || prefer.Preferred(c.records, r)
+}
+
+// recordKey is the record key of the candidate whose queue key is kv, or
+// "" for none.
+func (c *candidacy) recordKey(kv *mvccpb.KeyValue) string {
+	if kv == nil {
+		return ""
+	}
+	return c.prefix + keyspace.Stem(kv.Lease) + "0"
 }
