@@ -36,17 +36,17 @@ const (
 
 // RunGroup runs work for each of names on whichever replica of group (a
 // RunGroup call, in any process) the name is assigned to, with Run's
-// guarantees per name. With R replicas listing the same N names, none leads
-// more than ⌈N/R⌉ once they have seen each other (with Weight, its weight's
-// share); a name that moves ends its work's context with a cause wrapping
-// ErrRebalanced. Priority and WithDrain rank replicas: a name goes only to
-// the highest-ranked replicas that list it, balanced among them, and a
-// lower-ranked replica leads it only while none of those runs. The options are
-// Run's; both policies default to Recampaign. When ctx ends, RunGroup hands
-// its names over, resigns, and returns nil within three seconds of the
-// works' return. Errors: bad arguments, a refused grant
-// (rpctypes.ErrPermissionDenied), or work's under Return. The package doc
-// says how names move and fail over, and what a group costs.
+// guarantees per name; a term's value is the session's identity. With R
+// replicas listing the same N names, none leads more than ⌈N/R⌉ once they
+// have seen each other (with Weight, its weight's share); a name that moves
+// ends its work's context with a cause wrapping ErrRebalanced. A replica
+// whose terms of a name fail three times in a row declines it for five
+// minutes. Priority and WithDrain rank replicas: a name goes only to the
+// highest-ranked replicas that list it. The options are Run's; both
+// policies default to Recampaign. When ctx ends, RunGroup hands its names
+// over and returns nil within three seconds of the works' return. At idle
+// it sends only keepalives. Errors: bad arguments, a refused grant
+// (rpctypes.ErrPermissionDenied), or work's under Return.
 func RunGroup(ctx context.Context, cli *clientv3.Client, group string, names []string,
 	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
 	c, sc, err := configure(runConfig{onSuccess: Recampaign, onError: Recampaign, declineFor: defaultDeclineFor}, opts)

@@ -43,18 +43,16 @@ type Candidate struct {
 
 // Observe sends the current state first (Leader nil when nobody leads), then
 // each change: a new leader, nobody leading, the leader's value changed by
-// Proclaim, or a ranked candidate come, gone or re-ranked. A reader slower
-// than the changes gets the latest state, not each one in between: nothing
-// piles up while it does not read. A state is sent only once it was read
-// from etcd, so a leader whose key is gone is never reported as leading. When a read or the watch
-// fails, or its watch cannot be established or is ended by etcd (a lost etcd
-// leader), or a check read after 5 s of silence fails (a partition), Observe
-// sends an Observation with Err and tries again with backoff. A watch that
-// is compacted or broken is resumed from a fresh read without an error. The
-// channel closes promptly once ctx is done, and at no other time, except
-// for bad input (a nil ctx, an Election New did not make): then it holds
-// one Observation whose Err wraps fencing.ErrInvalidArgument, and is
-// already closed.
+// Proclaim, or a ranked candidate come, gone or re-ranked. A state is sent
+// only once read from etcd, so a leader whose key is gone is never reported
+// as leading; a reader slower than the changes gets the latest state, not
+// each one in between. When etcd cannot be read or watched, or a check after
+// 5 s of silence fails (a partition), Observe sends an Observation with Err
+// and tries again with backoff; a compacted or broken watch is resumed
+// without an error. The channel closes promptly once ctx is done, and at no
+// other time, except for bad input (a nil ctx, an Election New did not
+// make): then it holds one Observation whose Err wraps
+// fencing.ErrInvalidArgument, and is already closed.
 func (e *Election) Observe(ctx context.Context) <-chan Observation {
 	if err := e.usable(ctx); err != nil {
 		ch := make(chan Observation, 1)

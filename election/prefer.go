@@ -17,18 +17,17 @@ import (
 var ErrPreempted = errors.New("preempted by a preferred candidate")
 
 // Priority ranks this replica among the candidates for the name that rank
-// themselves: of those that are live (their session's lease is), only the
-// highest campaign, and a leader gives way, as it would to ErrPreempted,
-// when a higher one appears. Equal priorities never preempt each other: the
-// one leading keeps leading. Levels compare one by one, a prefix ranking
-// lower, as versions do: Priority(1, 28) < Priority(1, 28, 0) <
-// Priority(2). See PriorityVersion.
+// themselves: of the live ones (their session's lease is), only the highest
+// campaign, and a leader gives way (ErrPreempted) when a higher one
+// appears. Equal priorities never preempt each other. Levels compare one by
+// one, a prefix ranking lower, as versions do: Priority(1, 28) <
+// Priority(1, 28, 0) < Priority(2). See PriorityVersion.
 //
 // Priority orders; it never excludes: the queue alone decides who leads, so
 // two leaders never overlap whatever the priorities. A replica with no
-// Priority and no WithDrain, or one built with an older leasehold, queues
-// as before and is not ranked: it never gives way, and a ranked replica
-// queues behind it like any other. Set one on every replica of a name.
+// Priority and no WithDrain, or one built with an older leasehold, is not
+// ranked: it never gives way, and a ranked replica queues behind it like any
+// other. Set one on every replica of a name.
 //
 // Run returns fencing.ErrInvalidArgument for no levels, more than 16, or
 // Priority given again with other levels.
@@ -38,8 +37,10 @@ func Priority(levels ...int64) RunOption {
 
 // PriorityVersion is Priority with the levels of a release version:
 // "v1.28.3" or "1.28.3" ranks as Priority(1, 28, 3), so that in a rolling
-// upgrade the first replica of the new version to start leads, once, and
-// keeps leading while the others are replaced. Build metadata ("+amd64") is
+// upgrade that starts each new replica before stopping an old one, the
+// first new replica leads, once, and keeps leading while the others are
+// replaced (stopped first, the old leader hands over to another old
+// replica, and leadership moves twice). Build metadata ("+amd64") is
 // ignored; a pre-release ("-rc.1"), or anything else that is not dotted
 // numbers, makes Run return fencing.ErrInvalidArgument: rank a canary with
 // Priority levels of its own.
@@ -91,6 +92,11 @@ func WithDrain(d *Drain) RunOption {
 // other replicas': with weights 2, 1 and 1, the first leads half the names.
 // Unset: 1. It has no effect on Run. Run and RunGroup return
 // fencing.ErrInvalidArgument for w <= 0.
+//
+// A RunGroup replica of a leasehold from before ranks assigns names without
+// ranks or weights: while both versions run, a name each side assigns to the
+// other's replica is led by neither. Bring every replica of a group to a
+// leasehold with ranks before setting Weight, Priority or WithDrain on any.
 func Weight(w int) RunOption {
 	return func(c *runConfig) { c.weight, c.weightSet = w, true }
 }

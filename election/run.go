@@ -101,14 +101,16 @@ func OnSuccess(p Policy) RunOption { return AfterSuccess(p) }
 func OnError(p Policy) RunOption { return AfterError(p) }
 
 // OnStartedLeading sets a function called with each term Run wins, before
-// work starts. It runs in Run's goroutine: keep it short. A nil f is not
+// work starts. It runs in Run's goroutine (RunGroup's: its name's, so calls
+// for different names may run at once): keep it short. A nil f is not
 // called.
 func OnStartedLeading(f func(*Term)) RunOption { return func(c *runConfig) { c.started = f } }
 
 // OnStoppedLeading sets a function called once for each term Run won, after
 // work has returned and the term ended, with why it ended (the term
 // context's cause). It is never called for a term that was not won. It runs
-// in Run's goroutine: keep it short. A nil f is not called.
+// in Run's goroutine (RunGroup's: its name's): keep it short. A nil f is not
+// called.
 func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 	return func(c *runConfig) { c.stopped = f }
 }
@@ -125,27 +127,22 @@ func OnSession(f func(*fencing.Session)) RunOption {
 }
 
 // Run is the singleton worker: it campaigns for name with value, runs work
-// with the term's context (cancelled the moment the term cannot be proven,
-// or when ctx ends), and campaigns again when the term is lost, after work
-// has returned and a jittered backoff. At most one work runs per Run at any
-// time; across replicas at most one valid term exists, but a work whose term
-// was lost may run on until it sees its context end: fence its effects (see
-// guard.Txn and the term's token).
+// under the term's context (ended the moment the term cannot be proven, or
+// when ctx ends), and after a lost term campaigns again once work has
+// returned, after a jittered backoff. At most one work runs per Run; a work
+// whose term was lost may run on until it sees its context end, so fence
+// its effects (guard.Txn, the term's token). When work returns while its
+// term lasts, AfterSuccess (default Return) and AfterError (default
+// Recampaign) decide.
 //
-// When ctx ends, Run resigns at once, so another replica takes over without
-// waiting for the lease to expire, and returns nil: once work has returned,
-// it spends at most one second on the resign and one on revoking its lease;
-// if etcd does not answer in time, the lease expires on its own within one
-// TTL. When work returns while its term lasts, the policies set by
-// AfterSuccess (default Return) and AfterError (default Recampaign) decide.
-// Run creates a session, and a new one each time the old one is lost, and
-// closes it before returning.
+// When ctx ends, Run resigns, so that another replica takes over at once,
+// and returns nil at most two seconds after work returns (unanswered, the
+// lease expires within its TTL). Run makes its sessions, a new one after
+// each one lost, and closes them.
 //
-// Run returns an error only for bad arguments (fencing.ErrInvalidName;
-// fencing.ErrInvalidArgument for a nil ctx, client, work or option), when
-// etcd refuses the name's keys to this client (rpctypes.ErrPermissionDenied:
-// no retry can fix a missing grant), or when a policy of Return gives it
-// work's error.
+// Errors: bad arguments (fencing.ErrInvalidName, fencing.ErrInvalidArgument),
+// etcd refusing the name's keys (rpctypes.ErrPermissionDenied), or work's
+// error under Return.
 func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	work func(ctx context.Context, t *Term) error, opts ...RunOption) error {
 	c, sc, err := configure(runConfig{onError: Recampaign}, opts)

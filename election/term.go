@@ -154,25 +154,19 @@ func (t *Term) usable(ctx context.Context) error {
 	return nil
 }
 
-// Resign ends the term by deleting its key, which hands leadership to the
-// next candidate at once; it returns by ctx's deadline.
+// Resign ends the term: it ends the term's contexts (Context, and every
+// guard.Watch of it) with ErrNotLeader as their cause, so that work stops
+// before the key goes, then deletes the key, which hands leadership to the
+// next candidate at once. ctx may be the term's own context; failures that
+// pass are retried until ctx ends. It returns by ctx's deadline.
 //
-// Resign first ends the term's contexts (Context, and every guard.Watch of
-// the term), with ErrNotLeader as their cause, so work under the term stops
-// before the key goes, whatever happens next. ctx may be one of them (work
-// that resigns with its own context): that end does not stop the delete,
-// which keeps ctx's deadline, or without one goes on until it is answered or
-// the session ends (within a TTL when etcd cannot be reached). It returns an
-// error wrapping ErrNotLeader when the term was already lost (key gone, or
-// session ended: a key still there is deleted all the same) or resigned.
-// Failures that pass (a lost reply, a leader change, a member restarting)
-// are retried until ctx ends: deleting the key is idempotent. After any
-// other error (ctx ended first, etcd refused) the key may still be in etcd,
-// leading, and guarded writes of the term still commit: call Resign again,
-// or close the session, to hand leadership over. On a closed client it
-// returns at once, wrapping ErrNotLeader and the session's Err
-// (fencing.ErrSessionClosed, unless it had ended before): the key stays
-// until the session's lease expires.
+// It returns an error wrapping ErrNotLeader if the term was already lost or
+// resigned (a key still there on an ended session is deleted all the same),
+// or, at once, if the client is closed (the key goes with the lease). If ctx
+// ends before etcd answers, it returns ctx's error and the session goes on
+// deleting the key until it is gone or the session ends; meanwhile the key
+// leads and guarded writes still commit. After any other error (etcd
+// refused) call Resign again, or close the session.
 func (t *Term) Resign(ctx context.Context) error {
 	if err := t.usable(ctx); err != nil {
 		return fmt.Errorf("election: resign: %w", err)
@@ -209,17 +203,17 @@ func (t *Term) resign(ctx context.Context, reason error) (report func(), _ error
 	return func() { t.own.ReportRelease(reason) }, nil
 }
 
-// Context returns a context cancelled as soon as the term can no longer be
-// proven, with the cause: fencing.ErrKeyDeleted, the session's Err, or
-// ErrNotLeader once Resign was called. Every call returns the same context.
+// Context returns a context that ends as soon as the term can no longer be
+// proven, with the cause (context.Cause): fencing.ErrKeyDeleted (the key
+// deleted or replaced), the session's Err (lease expired or revoked,
+// ValidUntil passed without a renewal, session closed), or ErrNotLeader once
+// Resign was called. While the term lasts every call returns the same
+// context; once it is over, an ended one.
 //
-// Context never blocks: the first call starts a watch of the term's key in
-// the background, and Campaign pays for no watch until it is asked for. Until
-// the watch is armed (established on the server, one round trip when etcd is
-// reachable) the context still ends at the session's end, at ValidUntil at
-// the latest, and a deletion of the key before arming is found by the read
-// that arming ends with; once armed, a deletion is seen within one watch
-// round trip. guard.Watch returns only once its watch is armed.
+// Context never blocks. Its first call starts a watch of the key, which
+// sees a deletion within one round trip once armed; until then the context
+// still ends with the session, by ValidUntil at the latest. guard.Watch
+// returns only once its watch is armed.
 func (t *Term) Context() context.Context {
 	if t == nil || t.link == nil {
 		return ctxutil.Ended(fmt.Errorf("election: %w: term not made by Campaign", fencing.ErrInvalidArgument))
