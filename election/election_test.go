@@ -222,6 +222,7 @@ func TestObserveClosesWhenCtxDone(t *testing.T) {
 // connection: their client talks to one member, which is stopped while the
 // leader resigns and history is compacted, then restarted.
 func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	leader := campaign(t, newElection(t, newSession(t, c.Client(t)), "compact"), "first")
 	var ctr etcdtest.Counter
@@ -264,6 +265,7 @@ func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 
 // The election keeps working when the raft leader member is stopped.
 func TestElectionSurvivesRaftLeaderLoss(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	first := campaign(t, newElection(t, newSession(t, c.Client(t)), "raft"), "a")
 	e := newElection(t, newSession(t, c.Client(t)), "raft")
@@ -288,6 +290,7 @@ func TestElectionSurvivesRaftLeaderLoss(t *testing.T) {
 
 // Observe says so when it cannot reach etcd, instead of going silent.
 func TestObserveReportsUnreachable(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	obs := newElection(t, newSession(t, cli), "unreachable").Observe(t.Context())

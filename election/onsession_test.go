@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,6 +38,7 @@ func (s *sessions) last() (*fencing.Session, int) {
 // campaign on it: the term is on the session reported last, and after the
 // lease is revoked the next term is on a new session, reported first.
 func TestOnSessionReportsEachSession(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	for _, kind := range []string{"Run", "RunGroup"} {
 		t.Run(kind, func(t *testing.T) {

@@ -641,6 +641,7 @@ func createRevision(t *testing.T, c *fencingtest.Cluster, key string) int64 {
 // leader), and are made again: once the quorum is back, a preferred
 // candidate that queues behind the leader is seen as its successor.
 func TestRankedLeaderFollowsSuccessorAcrossLostQuorum(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	var ctr etcdtest.Counter
 	queue := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindElection), fleetName))

@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -191,6 +192,7 @@ func TestRunResignsAfterSlowWork(t *testing.T) {
 // Campaign, Proclaim, Resign and guarded txns return by their ctx's
 // deadline when etcd cannot be reached, however long the session's TTL.
 func TestTermCallsKeepTheirDeadline(t *testing.T) {
+	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	cli, link := c.ProxiedClient(t)
 	s := newSession(t, cli, fencing.WithTTL(60*time.Second))

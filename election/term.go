@@ -207,8 +207,7 @@ func (t *Term) resign(ctx context.Context, reason error) (report func(), _ error
 // proven, with the cause (context.Cause): fencing.ErrKeyDeleted (the key
 // deleted or replaced), the session's Err (lease expired or revoked,
 // ValidUntil passed without a renewal, session closed), or ErrNotLeader once
-// Resign was called. While the term lasts every call returns the same
-// context; once it is over, an ended one.
+// Resign was called. Every call returns the same context.
 //
 // Context never blocks. Its first call starts a watch of the key, which
 // sees a deletion within one round trip once armed; until then the context

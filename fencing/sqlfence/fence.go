@@ -111,10 +111,9 @@ func (f *Fence) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Tx runs fn in a transaction of the database's default isolation that is
-// fenced by t: it begins, raises the fence of t's name to t in the
-// transaction's first statement (which holds the fence row's lock until the
-// transaction ends), runs fn, and commits. Of two transactions fenced under
+// Tx runs fn in a transaction fenced by t: it begins, raises the fence of
+// t's name to t in the transaction's first statement (which holds the fence
+// row's lock until the transaction ends), runs fn, and commits. Of two transactions fenced under
 // one name with tokens t1 < t2, t1's never commits after t2's.
 //
 // A token older than the fence returns an error wrapping
