@@ -10,8 +10,9 @@ import (
 )
 
 // census counts, in one process, what its etcd client holds open, from the
-// client's own requests: the leases granted and not yet revoked (a session
-// holds one until Close; one never closed stays), and the watches live on
+// client's own requests: the leases granted and neither revoked nor found
+// gone by a renewal or a TTL read (a session holds one until Close, which
+// sends no revoke for a lease found gone; one never closed stays), and the watches live on
 // its watch streams (created and not yet cancelled, on a stream still
 // open). The soak samples both, with goroutines and heap.
 type census struct {
@@ -40,12 +41,18 @@ func (c *census) unary(ctx context.Context, method string, req, reply any, cc *g
 	if r, ok := req.(*pb.LeaseRevokeRequest); ok {
 		delete(c.leases, r.ID) // sent: the lease is gone, or expires within its TTL
 	}
+	if r, ok := reply.(*pb.LeaseTimeToLiveResponse); ok && err == nil && r.TTL <= 0 {
+		delete(c.leases, r.ID) // found gone
+	}
 	return err
 }
 
 func (c *census) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
 	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err == nil && method == "/etcdserverpb.Lease/LeaseKeepAlive" {
+		return &renewals{ClientStream: s, c: c}, nil
+	}
 	if err != nil || method != "/etcdserverpb.Watch/Watch" {
 		return s, err
 	}
@@ -96,6 +103,23 @@ func (w *watchStream) RecvMsg(m any) error {
 		delete(w.ids, r.WatchId)
 	case r.Created:
 		w.ids[r.WatchId] = true
+	}
+	return err
+}
+
+// renewals forgets a lease that a renewal found gone: the session ends then,
+// and its Close sends no revoke.
+type renewals struct {
+	grpc.ClientStream
+	c *census
+}
+
+func (r *renewals) RecvMsg(m any) error {
+	err := r.ClientStream.RecvMsg(m)
+	if resp, ok := m.(*pb.LeaseKeepAliveResponse); ok && err == nil && resp.TTL <= 0 {
+		r.c.mu.Lock()
+		delete(r.c.leases, resp.ID)
+		r.c.mu.Unlock()
 	}
 	return err
 }
