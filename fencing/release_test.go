@@ -3,11 +3,15 @@ package fencing_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/etcdtest"
+	"google.golang.org/grpc"
 )
 
 // An Unlock whose ctx ends while etcd cannot answer (its one member
@@ -73,5 +77,44 @@ func TestHoldContextIsOneContext(t *testing.T) {
 	}
 	if h.Context() != before {
 		t.Fatal("Context after Unlock is not the context returned before it")
+	}
+}
+
+// Close returns by its ctx's deadline even while an Unlock holds the hold
+// over a request etcd cannot answer, and the session is finishing an earlier
+// Unlock's delete: that background delete never waits for the Unlock.
+func TestCloseDoesNotWaitForAnUnlockInFlight(t *testing.T) {
+	c := fencingtest.Single(t)
+	var deletes atomic.Int64
+	count := etcdtest.Unary(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/DeleteRange") {
+			deletes.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	s := newSession(t, c.Client(t, count), fencing.WithTTL(time.Minute))
+	h := lock(t, newMutex(t, s, "close-past-unlock"))
+
+	c.Stop(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	if err := h.Unlock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock with etcd down = %v; want context.DeadlineExceeded", err)
+	}
+	cancel()
+	sent := deletes.Load()
+	second := make(chan error, 1)
+	go func() { second <- h.Unlock(context.Background()) }()
+	fencingtest.WaitFor(t, wait, "the second Unlock's delete to be out", func() bool { return deletes.Load() > sent })
+
+	fencingtest.ReturnsBy(t, wait, "Close with a 2 s ctx", func() error {
+		cctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		s.Close(cctx) // the revoke cannot be sent: its error is expected
+		return nil
+	})
+	c.Restart(t, 0)
+	if err := fencingtest.Receive(t, second, "the second Unlock"); err != nil && !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("the second Unlock: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ package ownership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -33,9 +34,15 @@ type Ownership struct {
 	stopCause error              // the cause of the contexts once Release began
 
 	mu       sync.Mutex  // serialises Release, and the owner's writes of its own key (Lock)
-	released atomic.Bool // set by Release once it deleted the key or found it gone
-	unsure   bool        // guarded by mu: a delete failed, and may yet be applied
-	handed   bool        // guarded by mu: the session is deleting the key (see finish)
+	released atomic.Bool // set once the key was deleted or found gone, and its slot handed back
+
+	// smu is never held over a request: finish, which the session's Close
+	// waits for, must not wait for a Release that holds mu over one.
+	smu      sync.Mutex
+	unsure   bool // guarded by smu: a delete by name failed, and may yet be applied
+	handed   bool // guarded by smu: the session is deleting the key (see finish)
+	busy     bool // guarded by smu: a Release may have a delete by name in flight
+	finished bool // guarded by smu: finish's delete returned
 
 	// ctxMu is separate from mu: Release holds mu over a request, and
 	// Context must never wait for the network.
@@ -131,49 +138,78 @@ func (o *Ownership) Release(ctx context.Context) (Outcome, int64, error) {
 	}
 	var resp *clientv3.DeleteResponse
 	lost := false // an attempt went unanswered: it may be the one that deleted
+	o.smu.Lock()
+	o.busy = true
+	o.smu.Unlock()
 	err := retry.Do(ctx, o.Link.Client, o.Link.Latency, &lost, func(ctx context.Context) (err error) {
 		resp, err = o.Link.Client.Delete(ctx, o.Key)
 		return err
 	})
+	o.smu.Lock()
+	o.busy = false
 	o.unsure = o.unsure || lost
+	handed, finished := o.handed, o.finished
+	if err != nil && ctx.Err() != nil && !handed && !errors.Is(err, retry.ErrClientClosed) {
+		o.handed = o.Link.Go(o.finish)
+	}
+	o.smu.Unlock()
 	if err != nil {
-		if ctx.Err() != nil && !o.handed && !errors.Is(err, retry.ErrClientClosed) {
-			o.handed = o.Link.Go(o.finish)
+		if finished {
+			o.settle() // finish deleted the key while this Release's deletes were out
 		}
 		return 0, 0, err
 	}
-	o.released.Store(true)
-	o.free(o.unsure)
-	if resp.Deleted == 0 && !lost && !o.handed { // not a delete of the session's either
+	o.settle()
+	if resp.Deleted == 0 && !lost && !handed { // not a delete of the session's either
 		return Gone, resp.Header.Revision, nil
 	}
 	return Deleted, resp.Header.Revision, nil
+}
+
+// settle marks the ownership released and hands its slot back, once: retired
+// if a delete by name may yet land on a later life of the key. Call it only
+// when no delete by name is in flight.
+func (o *Ownership) settle() bool {
+	if !o.released.CompareAndSwap(false, true) {
+		return false
+	}
+	o.smu.Lock()
+	unsure := o.unsure
+	o.smu.Unlock()
+	o.free(unsure)
+	return true
 }
 
 // finish deletes the key of a Release whose ctx ended first, so that a key
 // whose holder gave it up does not keep its place in the queue for the
 // session's whole life (Curator's release does the same). It sends until a
 // delete returns, etcd refuses it, or the session ends (the lease then takes
-// the key). The delete compares the key's create revision: it can never
-// remove a later life of the key, so it needs no place among the deletes
-// that decide when the slot is reused.
+// the key), and never waits for mu. Its delete compares the key's create
+// revision, so it can never remove a later life of the key; the slot goes
+// back once no delete by name is in flight either (see Release).
 func (o *Ownership) finish() {
+	var resp *clientv3.TxnResponse
 	var unsure bool
-	err := retry.Until(o.Link.Life, o.Link.Life, o.Link.Latency, &unsure, func(ctx context.Context) error {
-		_, err := o.Link.Client.Txn(ctx).If(o.IsOwner()).Then(clientv3.OpDelete(o.Key)).Commit()
+	err := retry.Until(o.Link.Life, o.Link.Life, o.Link.Latency, &unsure, func(ctx context.Context) (err error) {
+		resp, err = o.Link.Client.Txn(ctx).If(o.IsOwner()).Then(clientv3.OpDelete(o.Key)).Commit()
 		return err
 	})
-	o.mu.Lock()
-	o.handed = false
-	done := err == nil && !o.released.Load()
-	if done {
-		o.released.Store(true)
-		o.free(o.unsure)
+	if err != nil {
+		return
 	}
-	o.mu.Unlock()
-	if done {
-		o.life.Release(nil) // runs the user's observer: no lock held
+	o.smu.Lock()
+	o.finished = true
+	idle := !o.busy
+	gone := !resp.Succeeded && !unsure && !o.unsure // no delete of ours removed it
+	o.smu.Unlock()
+	if !idle || !o.settle() {
+		return // a Release in flight settles, and reports
 	}
+	if gone {
+		o.life.Lose(fmt.Errorf("%w: %q found gone by the release", ownwatch.ErrKeyDeleted, o.Key)) // runs the user's observer: no lock held
+		return
+	}
+	o.life.Release(nil)
 }
 
 // Released reports whether Release has ended the ownership.
