@@ -2,7 +2,6 @@ package election_test
 
 import (
 	"context"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 

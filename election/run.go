@@ -564,7 +564,7 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 		return err // already lost: nothing is left to hand over
 	}
 	if err != nil {
-		r.log.Warn("resign failed; the lease will expire", "token", t.Token(), "err", err)
+		r.log.Warn("resign failed; the key goes by a delete in the background or with the lease", "token", t.Token(), "err", err)
 		r.resignFailed(ctx)
 		return err
 	}

@@ -12,7 +12,8 @@ import (
 // one write hold, of one name at once. Readers and writers queue in one
 // line, served first come, first served: a queued writer holds back every
 // reader that arrives after it (no writer starves), and readers queued
-// together enter together. A release wakes only those it lets in.
+// together enter together. A release costs a request only to those it lets
+// in.
 //
 // Holds are Hold values with everything a Mutex's has. A write hold's token
 // is greater than that of every earlier hold, read or write; a read hold's

@@ -49,6 +49,7 @@ type Session struct {
 	err        error         // guarded by mu; nil until done closes
 	endedEarly time.Duration // guarded by mu: how long before validUntil done closed
 	leaseGone  bool          // guarded by mu: the server said the lease is gone, or a revoke returned
+	revoking   chan struct{} // guarded by mu: closed once the revoke sent at an unconfirmed end returns
 	done       chan struct{}
 }
 
@@ -178,6 +179,15 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.lose(ErrSessionClosed)
 	defer s.wg.Wait()
+	s.mu.Lock()
+	revoking := s.revoking
+	s.mu.Unlock()
+	if revoking != nil { // the revoke of an unconfirmed end: its answer decides
+		select {
+		case <-revoking:
+		case <-ctx.Done():
+		}
+	}
 	defer s.closing() // a background revoke is redundant now
 	if s.isLeaseGone() || s.cli.Ctx().Err() != nil {
 		// A revoke of a lease known gone only makes clientv3 log etcd's
@@ -241,10 +251,14 @@ func (s *Session) end(cause error) bool {
 		// The lease may still be alive on the server (a pause, a short
 		// partition): revoke it, so the next owner need not wait for it to
 		// expire. Bounded by one TTL, after which it has expired anyway.
+		s.revoking = make(chan struct{})
 		s.wg.Go(func() {
+			defer close(s.revoking)
 			ctx, cancel := context.WithTimeout(s.closingCtx, s.ttl)
 			defer cancel()
-			s.cli.Revoke(ctx, s.id)
+			if _, err := s.cli.Revoke(ctx, s.id); err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				s.setLeaseGone() // Close need not send another
+			}
 		})
 	}
 	return true

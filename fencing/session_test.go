@@ -307,6 +307,26 @@ func TestCloseRevokesNoLeaseKnownGone(t *testing.T) {
 		t.Fatalf("Close sent %d revokes for a lease found gone; want 0", n)
 	}
 
+	// Ended unconfirmed (renewals stalled), the session revokes its lease
+	// at once; Close sends no second revoke.
+	ctr.Reset()
+	cli, link := c.ProxiedClient(t, etcdtest.WithCounter(&ctr))
+	s = newSession(t, cli, fencing.WithTTL(2*time.Second))
+	link.StallRenewals()
+	fencingtest.WaitFor(t, wait, "the session to end unconfirmed", func() bool { return s.Err() != nil })
+	if err := s.Err(); !errors.Is(err, fencing.ErrLeaseUnconfirmed) {
+		t.Fatalf("Err() = %v; want ErrLeaseUnconfirmed", err)
+	}
+	fencingtest.WaitFor(t, wait, "the session's own revoke", func() bool { return ctr.Requests("LeaseRevoke") == 1 })
+	if err := s.Close(fencingtest.Context(t, wait)); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	link.Restore()
+	if n := ctr.Requests("LeaseRevoke"); n != 1 {
+		t.Fatalf("revokes after an unconfirmed end and Close: %d; want 1", n)
+	}
+
+	ctr.Reset()
 	s = newSession(t, c.Client(t, etcdtest.WithCounter(&ctr)))
 	for range 2 {
 		if err := s.Close(fencingtest.Context(t, wait)); err != nil {

@@ -20,9 +20,12 @@ func unreachable(ctx context.Context, cli *clientv3.Client, err error) error {
 		return err
 	}
 	conn := cli.ActiveConnection()
+	if conn == nil { // a client without a connection of its own (clientv3.NewCtxClient)
+		return err
+	}
 	state := conn.GetState()
 	if state == connectivity.Ready {
-		return fmt.Errorf("%w (etcd at %v connected, but did not answer in time)", err, cli.Endpoints())
+		return fmt.Errorf("%w (etcd at %v connected, but had not answered)", err, cli.Endpoints())
 	}
 	if state != connectivity.TransientFailure {
 		return fmt.Errorf("%w (etcd at %v: connection %s)", err, cli.Endpoints(), state)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

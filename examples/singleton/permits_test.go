@@ -1,7 +1,6 @@
 package main
 
 import (
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 )
 
 // jobN is job for --permits: at start, an "overlap" line if PERMITS groups

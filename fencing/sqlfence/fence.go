@@ -16,7 +16,8 @@ const DefaultTable = "leasehold_fence"
 // ErrNotCommitted is returned by Tx when the database ended the transaction
 // before it committed: nothing it wrote was applied. PostgreSQL does so to
 // a holder paused in a transaction past idle_in_transaction_session_timeout
-// (SQLSTATE 25P03). The error also wraps the driver's.
+// (SQLSTATE 25P03), as drivers that report SQLSTATEs (pgx) tell it. The
+// error also wraps the driver's.
 var ErrNotCommitted = errors.New("transaction ended by the database, not committed")
 
 // Fence is a fence table in one database: one row per fenced name, holding
@@ -142,6 +143,9 @@ func (f *Fence) Tx(ctx context.Context, t fencing.Token, fn func(*sql.Tx) error)
 		}
 	}()
 	if err := f.raise(ctx, tx, t); err != nil {
+		if endedByServer(err) {
+			return fmt.Errorf("sqlfence: Tx %v: %w: %w", t, ErrNotCommitted, err)
+		}
 		return fmt.Errorf("sqlfence: Tx %v: %w", t, err)
 	}
 	if err := fn(tx); err != nil {
@@ -316,17 +320,18 @@ func (f *Fence) check(ctx context.Context, t fencing.Token) error {
 	return nil
 }
 
-// dbError marks the errors of a closed *sql.DB or an ended *sql.Tx as
-// fencing.ErrInvalidArgument. database/sql exports no sentinel for a closed
-// DB, so its text is the only sign.
 // endedByServer tells a transaction the server ended before any commit:
-// PostgreSQL's idle_in_transaction_session_timeout (SQLSTATE 25P03), as the
-// common drivers (pgx, lib/pq) report it through a SQLState method.
+// PostgreSQL's idle_in_transaction_session_timeout (SQLSTATE 25P03), as pgx
+// reports it through a SQLState method. lib/pq turns every FATAL error into
+// driver.ErrBadConn, which says nothing of a commit, so it is not told.
 func endedByServer(err error) bool {
 	var coded interface{ SQLState() string }
 	return errors.As(err, &coded) && coded.SQLState() == "25P03"
 }
 
+// dbError marks the errors of a closed *sql.DB or an ended *sql.Tx as
+// fencing.ErrInvalidArgument. database/sql exports no sentinel for a closed
+// DB, so its text is the only sign.
 func dbError(err error) error {
 	switch {
 	case errors.Is(err, sql.ErrTxDone):

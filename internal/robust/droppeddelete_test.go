@@ -2,12 +2,12 @@ package robust_test
 
 import (
 	"context"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"sync/atomic"
 	"testing"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 )
 

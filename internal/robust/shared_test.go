@@ -3,7 +3,6 @@ package robust_test
 import (
 	"context"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

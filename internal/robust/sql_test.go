@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/sqlfence"
+	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
