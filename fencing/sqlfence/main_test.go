@@ -53,17 +53,23 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend, db *sql.DB, fence
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			db := b.open(t)
-			fence, err := sqlfence.New(db, b.dialect)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := fence.Migrate(ctxFor(t)); err != nil {
-				t.Fatal(err)
-			}
-			exec(t, b, db, "CREATE TABLE ledger (seq BIGINT PRIMARY KEY, token BIGINT NOT NULL)")
-			f(t, b, db, fence)
+			f(t, b, db, ledgerFence(t, b, db))
 		})
 	}
+}
+
+// ledgerFence returns the migrated fence of db, which gets a ledger table.
+func ledgerFence(t *testing.T, b backend, db *sql.DB) *sqlfence.Fence {
+	t.Helper()
+	fence, err := sqlfence.New(db, b.dialect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Migrate(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, b, db, "CREATE TABLE ledger (seq BIGINT PRIMARY KEY, token BIGINT NOT NULL)")
+	return fence
 }
 
 var placeholder = regexp.MustCompile(`\$[0-9]+`)

@@ -22,14 +22,7 @@ import (
 func TestPostgresEndsPausedHolder(t *testing.T) {
 	b := backends[1]
 	db := pgtest.Shared(t).Open(t)
-	fence, err := sqlfence.New(db, b.dialect)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fence.Migrate(ctxFor(t)); err != nil {
-		t.Fatal(err)
-	}
-	exec(t, b, db, "CREATE TABLE ledger (seq BIGINT PRIMARY KEY, token BIGINT NOT NULL)")
+	fence := ledgerFence(t, b, db)
 	for _, resumes := range []string{"to commit", "to write"} {
 		t.Run(resumes, func(t *testing.T) {
 			ctx, name := ctxFor(t), "paused-"+strings.ReplaceAll(resumes, " ", "-")
@@ -76,14 +69,7 @@ func TestSQLiteKeepsPausedHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	fence, err := sqlfence.New(db, b.dialect)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fence.Migrate(ctxFor(t)); err != nil {
-		t.Fatal(err)
-	}
-	exec(t, b, db, "CREATE TABLE ledger (seq BIGINT PRIMARY KEY, token BIGINT NOT NULL)")
+	fence := ledgerFence(t, b, db)
 	ctx := ctxFor(t)
 	raised, resume := make(chan struct{}), make(chan struct{})
 	holder := make(chan error, 1)
