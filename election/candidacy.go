@@ -10,7 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
-	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/rank"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	"github.com/leasehold/leasehold/internal/watchstream"
@@ -30,8 +30,8 @@ type candidacy struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	self    prefer.Record                   // as last written, once etcd answered
-	records map[string]prefer.Record        // by key, as last read or watched
+	self    rank.Record                     // as last written, once etcd answered
+	records map[string]rank.Record          // by key, as last read or watched
 	rev     int64                           // the view holds every change up to this revision
 	err     error                           // why etcd refused the record; nil if it did not
 	changed chan struct{}                   // closed at each change of records
@@ -61,11 +61,11 @@ type candidacy struct {
 // preferred. That is safe because the view only steers who campaigns (a
 // term won is checked against the records read in its own txn, see
 // readRecords), and the usual case is a replica the others give way to.
-func join(s *fencing.Session, name string, rank []int64, drain *Drain, log *slog.Logger) *candidacy {
-	l := sessionlink.Of(s.Context())
+func join(s *fencing.Session, name string, levels []int64, drain *Drain, log *slog.Logger) *candidacy {
+	l := sessionlink.Of(s)
 	prefix := keyspace.Prefix(l.Root, string(fencing.KindCandidate), name)
 	c := &candidacy{link: l, prefix: prefix, drain: drain, log: log, changed: make(chan struct{}), done: make(chan struct{}), first: make(chan struct{}),
-		self: prefer.Record{Key: prefix + l.KeyStem + "0", ID: l.Identity, Priority: rank}}
+		self: rank.Record{Key: prefix + l.KeyStem + "0", ID: l.Identity, Priority: levels}}
 	var draining <-chan struct{}
 	if drain != nil {
 		c.self.Drain, draining = drain.state()
@@ -87,7 +87,7 @@ func (c *candidacy) firstWrite() ([]clientv3.Op, func([]*etcdserverpb.ResponseOp
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	put := clientv3.OpPut(c.self.Key, prefer.Encode(c.self), clientv3.WithLease(c.link.Lease))
+	put := clientv3.OpPut(c.self.Key, rank.Encode(c.self), clientv3.WithLease(c.link.Lease))
 	return []clientv3.Op{put}, c.enqueued
 }
 
@@ -185,7 +185,7 @@ func (c *candidacy) preferred() (bool, <-chan struct{}) {
 }
 
 func (c *candidacy) preferredLocked() bool {
-	return c.err == nil && prefer.Preferred(c.records, c.self)
+	return c.err == nil && rank.Preferred(c.records, c.self)
 }
 
 // fail marks the candidacy refused: etcd will not take its record (no
@@ -243,7 +243,7 @@ func (c *candidacy) preemptionLocked() error {
 	}
 	others := maps.Clone(c.records)
 	delete(others, c.self.Key)
-	top := prefer.Top(others)
+	top := rank.Top(others)
 	if len(top) == 0 {
 		return ErrPreempted
 	}
@@ -275,10 +275,10 @@ func (c *candidacy) refresh(ctx context.Context, resps []*etcdserverpb.ResponseO
 // read replaces the view with a fresh read, after writing this replica's
 // record as put in the same txn when put is set; the watch's events up to
 // the read's revision are then old news.
-func (c *candidacy) read(ctx context.Context, put *prefer.Record) error {
+func (c *candidacy) read(ctx context.Context, put *rank.Record) error {
 	ops := []clientv3.Op{clientv3.OpGet(c.prefix, clientv3.WithPrefix())}
 	if put != nil {
-		ops = append([]clientv3.Op{clientv3.OpPut(put.Key, prefer.Encode(*put), clientv3.WithLease(c.link.Lease))}, ops...)
+		ops = append([]clientv3.Op{clientv3.OpPut(put.Key, rank.Encode(*put), clientv3.WithLease(c.link.Lease))}, ops...)
 	}
 	var resp *clientv3.TxnResponse
 	var unsure bool
@@ -423,7 +423,7 @@ func (c *candidacy) apply(evs []*clientv3.Event, rev int64) {
 // the view (a campaign's, answered after the watch delivered later
 // changes) is left out: it would bring back a record whose deletion the
 // view has already applied, for good.
-func (c *candidacy) replace(kvs []*mvccpb.KeyValue, rev int64, self *prefer.Record) {
+func (c *candidacy) replace(kvs []*mvccpb.KeyValue, rev int64, self *rank.Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if self != nil {
@@ -431,7 +431,7 @@ func (c *candidacy) replace(kvs []*mvccpb.KeyValue, rev int64, self *prefer.Reco
 	}
 	if rev >= c.rev {
 		c.rev = rev
-		c.records = map[string]prefer.Record{}
+		c.records = map[string]rank.Record{}
 		for _, kv := range kvs {
 			c.set(string(kv.Key), kv.Value)
 		}
@@ -442,7 +442,7 @@ func (c *candidacy) replace(kvs []*mvccpb.KeyValue, rev int64, self *prefer.Reco
 // set records the record key key with value; one that cannot be decoded
 // (not written by Run) is left out, as a candidate that does not rank.
 func (c *candidacy) set(key string, value []byte) {
-	r, err := prefer.Decode(key, value)
+	r, err := rank.Decode(key, value)
 	if err != nil {
 		c.log.Warn("ignoring a candidate record", "err", err)
 		delete(c.records, key)

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/rank"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -17,10 +17,10 @@ import (
 // when the view is newer than that read.
 func TestViewNeverGoesBack(t *testing.T) {
 	c := &candidacy{prefix: "p/", log: slog.New(slog.DiscardHandler), changed: make(chan struct{}),
-		self: prefer.Record{Key: "p/a", ID: "a", Priority: []int64{1}}}
+		self: rank.Record{Key: "p/a", ID: "a", Priority: []int64{1}}}
 	kv := func(id string, mod int64) *mvccpb.KeyValue {
-		r := prefer.Record{ID: id, Priority: []int64{1}}
-		return &mvccpb.KeyValue{Key: []byte("p/" + id), Value: []byte(prefer.Encode(r)), CreateRevision: mod, ModRevision: mod}
+		r := rank.Record{ID: id, Priority: []int64{1}}
+		return &mvccpb.KeyValue{Key: []byte("p/" + id), Value: []byte(rank.Encode(r)), CreateRevision: mod, ModRevision: mod}
 	}
 	ids := func() (out []string) {
 		for key := range c.records {

@@ -54,7 +54,7 @@ func New(s *fencing.Session, name string) (*Election, error) {
 	if err := fencing.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("election: New: %w", err)
 	}
-	l := sessionlink.Of(s.Context())
+	l := sessionlink.Of(s)
 	if l == nil {
 		return nil, fmt.Errorf("election: New: %w: session not made by fencing.NewSession", fencing.ErrInvalidArgument)
 	}
@@ -76,8 +76,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 		return nil, fmt.Errorf("election: campaign: %w", err)
 	}
 	start := time.Now()
-	l := sessionlink.Of(e.s.Context())
-	entry, err := e.q.Acquire(ctx, l, value)
+	l := sessionlink.Of(e.s)
+	entry, err := e.q.Acquire(ctx, &l.Session, value)
 	if err != nil {
 		return nil, fmt.Errorf("election: campaign %q: %w", e.name, l.AcquireError(err))
 	}
@@ -93,8 +93,8 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error)
 		return nil, fmt.Errorf("election: trycampaign: %w", err)
 	}
 	start := time.Now()
-	l := sessionlink.Of(e.s.Context())
-	entry, leader, err := e.q.TryAcquire(ctx, l, value)
+	l := sessionlink.Of(e.s)
+	entry, leader, err := e.q.TryAcquire(ctx, &l.Session, value)
 	if err != nil {
 		return nil, fmt.Errorf("election: trycampaign %q: %w", e.name, l.AcquireError(err))
 	}

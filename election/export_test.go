@@ -15,8 +15,8 @@ func WithDeclineFor(d time.Duration) RunOption { return func(c *runConfig) { c.d
 
 // JoinCandidates makes s a candidate of name with rank: its record is written
 // and kept, with no key in the name's queue, until leave.
-func JoinCandidates(s *fencing.Session, name string, rank ...int64) (leave func()) {
-	c := join(s, name, rank, nil, slog.New(slog.DiscardHandler))
+func JoinCandidates(s *fencing.Session, name string, levels ...int64) (leave func()) {
+	c := join(s, name, levels, nil, slog.New(slog.DiscardHandler))
 	c.firstDone()
 	return c.leave
 }

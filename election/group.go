@@ -1,7 +1,6 @@
 package election
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,8 +12,8 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/assign"
-	"github.com/leasehold/leasehold/internal/ctxutil"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/lifetime"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -60,7 +59,7 @@ func RunGroup(ctx context.Context, cli *clientv3.Client, group string, names []s
 		return fmt.Errorf("election: RunGroup %q: %w", group, err)
 	}
 	g := &grouper{cfg: c, cli: cli, group: group, names: slices.Clone(names), work: work,
-		ttl: cmp.Or(sc.TTL, fencing.DefaultTTL), log: logger(sc).With("group", group), declined: map[string]time.Time{}}
+		ttl: sc.TTL, log: sc.Logger.With("group", group), declined: map[string]time.Time{}}
 	return g.loop(ctx)
 }
 
@@ -130,7 +129,7 @@ func (g *grouper) loop(ctx context.Context) error {
 // why the session ended while ctx had not.
 func (g *grouper) serve(ctx context.Context, s *fencing.Session) error {
 	err := g.round(ctx, s)
-	cctx, cancel := ctxutil.Detach(ctx, leaveGrace, s.TTL())
+	cctx, cancel := lifetime.Detach(ctx, leaveGrace, s.TTL())
 	s.Close(cctx)
 	cancel()
 	if err == nil && ctx.Err() == nil {
@@ -157,7 +156,7 @@ func ends(err error) bool {
 // and leads the names assigned to it, until ctx or the session ends or a
 // name's loop ends RunGroup, and then leaves.
 func (g *grouper) round(ctx context.Context, s *fencing.Session) error {
-	l := sessionlink.Of(s.Context())
+	l := sessionlink.Of(s)
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	unlink := context.AfterFunc(s.Context(), func() { stop(context.Cause(s.Context())) })
@@ -324,7 +323,7 @@ func (r *round) start(name string, prev *nameLoop) *nameLoop {
 // the session ended first, the works' contexts end with err as the cause.
 func (r *round) leave(ctx context.Context, err error) {
 	if r.s.Err() == nil && r.rev != 0 {
-		dctx, cancel := ctxutil.Detach(ctx, leaveGrace, leaveGrace)
+		dctx, cancel := lifetime.Detach(ctx, leaveGrace, leaveGrace)
 		var unsure bool
 		retry.Do(dctx, r.link.Client, r.link.Latency, &unsure, func(ctx context.Context) error {
 			_, err := r.s.Client().Delete(ctx, r.key)

@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
-	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/rank"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -69,7 +69,7 @@ func recordAppears(t *testing.T, c *fencingtest.Cluster, records, id string) <-c
 	go func() {
 		for resp := range wch {
 			for _, ev := range resp.Events {
-				if r, err := prefer.Decode(string(ev.Kv.Key), ev.Kv.Value); err == nil && ev.IsCreate() && r.ID == id {
+				if r, err := rank.Decode(string(ev.Kv.Key), ev.Kv.Value); err == nil && ev.IsCreate() && r.ID == id {
 					appeared <- struct{}{}
 					cancel()
 					return

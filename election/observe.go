@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/rank"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -211,7 +211,7 @@ func (o *observer) follow() error {
 // read reads the leader and the candidates' records in one txn, bounded
 // like the watch's arming: a read that hangs in a partition must become an
 // Err observation, not silence.
-func (o *observer) read() (*Leader, map[string]prefer.Record, int64, error) {
+func (o *observer) read() (*Leader, map[string]rank.Record, int64, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, observeArmTimeout)
 	defer cancel()
 	resp, err := retry.Once(o.e.q.Latency, ctx, o.e.s.Context(), func() (*clientv3.TxnResponse, error) {
@@ -228,9 +228,9 @@ func (o *observer) read() (*Leader, map[string]prefer.Record, int64, error) {
 		cur = &Leader{Value: string(kvs[0].Value), Key: string(kvs[0].Key),
 			Token: fencing.Token{Name: o.e.name, Revision: kvs[0].CreateRevision, Cluster: resp.Header.GetClusterId()}}
 	}
-	rs := map[string]prefer.Record{}
+	rs := map[string]rank.Record{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		if r, err := prefer.Decode(string(kv.Key), kv.Value); err == nil {
+		if r, err := rank.Decode(string(kv.Key), kv.Value); err == nil {
 			rs[r.Key] = r
 		}
 	}
@@ -239,11 +239,11 @@ func (o *observer) read() (*Leader, map[string]prefer.Record, int64, error) {
 
 // candidateEvent applies a watched change of a candidate's record to rs.
 // A record that does not decode is left out, as Run's candidacy does.
-func candidateEvent(rs map[string]prefer.Record, ev *clientv3.Event) map[string]prefer.Record {
+func candidateEvent(rs map[string]rank.Record, ev *clientv3.Event) map[string]rank.Record {
 	key := string(ev.Kv.Key)
 	delete(rs, key)
 	if ev.Type == clientv3.EventTypePut {
-		if r, err := prefer.Decode(key, ev.Kv.Value); err == nil {
+		if r, err := rank.Decode(key, ev.Kv.Value); err == nil {
 			rs[key] = r
 		}
 	}
@@ -251,11 +251,11 @@ func candidateEvent(rs map[string]prefer.Record, ev *clientv3.Event) map[string]
 }
 
 // candidates lists rs by key, each marked preferred or not; nil when empty.
-func candidates(rs map[string]prefer.Record) []Candidate {
+func candidates(rs map[string]rank.Record) []Candidate {
 	var cs []Candidate
 	for _, k := range slices.Sorted(maps.Keys(rs)) {
 		r := rs[k]
-		cs = append(cs, Candidate{Key: k, ID: r.ID, Priority: r.Priority, Drain: r.Drain, Preferred: prefer.Preferred(rs, r)})
+		cs = append(cs, Candidate{Key: k, ID: r.ID, Priority: r.Priority, Drain: r.Drain, Preferred: rank.Preferred(rs, r)})
 	}
 	return cs
 }
@@ -275,7 +275,7 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 }
 
 // report makes the state pending, unless the reader has it already.
-func (o *observer) report(cur *Leader, rs map[string]prefer.Record) {
+func (o *observer) report(cur *Leader, rs map[string]rank.Record) {
 	obs := Observation{Leader: cur, Candidates: candidates(rs)}
 	if o.sent && same(o.last.Leader, cur) && slices.EqualFunc(o.last.Candidates, obs.Candidates, sameCandidate) {
 		o.pending = nil // back to what the reader has

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/rank"
 )
 
 // ErrPreempted is the cause of a term's context when Run hands the name to a
@@ -46,7 +46,7 @@ func Priority(levels ...int64) RunOption {
 // Priority levels of its own.
 func PriorityVersion(version string) RunOption {
 	return func(c *runConfig) {
-		p, err := prefer.ParseVersion(version)
+		p, err := rank.ParseVersion(version)
 		c.setPriority(p, err)
 	}
 }
@@ -56,7 +56,7 @@ func PriorityVersion(version string) RunOption {
 // fencing.ErrInvalidArgument. Use it to check a version given on a command
 // line before starting Run.
 func ParseVersion(version string) ([]int64, error) {
-	p, err := prefer.ParseVersion(version)
+	p, err := rank.ParseVersion(version)
 	if err != nil {
 		return nil, fmt.Errorf("election: %w: %w", fencing.ErrInvalidArgument, err)
 	}
@@ -65,13 +65,13 @@ func ParseVersion(version string) ([]int64, error) {
 
 func (c *runConfig) setPriority(p []int64, err error) {
 	if err == nil {
-		err = prefer.Check(p)
+		err = rank.Check(p)
 	}
 	switch {
 	case err != nil:
 		c.badPriority = err
 	case c.priority != nil && !slices.Equal(c.priority, p):
-		c.badPriority = fmt.Errorf("%w: %v, then %v", prefer.ErrBadPriority, c.priority, p)
+		c.badPriority = fmt.Errorf("%w: %v, then %v", rank.ErrBadPriority, c.priority, p)
 	default:
 		c.priority = p
 	}

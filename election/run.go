@@ -1,7 +1,6 @@
 package election
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,10 +11,10 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/lifetime"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/revqueue"
-	"github.com/leasehold/leasehold/internal/sessionopt"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -152,8 +151,8 @@ func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 	if err != nil {
 		return fmt.Errorf("election: Run %q: %w", name, err)
 	}
-	r := &runner{cfg: &c, cli: cli, name: name, value: value, work: work, ttl: cmp.Or(sc.TTL, fencing.DefaultTTL),
-		log: logger(sc).With("kind", fencing.KindElection, "name", name)}
+	r := &runner{cfg: &c, cli: cli, name: name, value: value, work: work, ttl: sc.TTL,
+		log: sc.Logger.With("kind", fencing.KindElection, "name", name)}
 	r.resignFailed = r.closeSession // revoking the lease is the other way to hand over
 	r.stays = ctx                   // a preemption ends the term, not the replica
 	r.reason = preemptedReason
@@ -162,27 +161,17 @@ func Run(ctx context.Context, cli *clientv3.Client, name, value string,
 }
 
 // configure applies opts over c, with the default backoff, and returns the
-// session options they carry, read.
-func configure(c runConfig, opts []RunOption) (runConfig, sessionopt.Config[fencing.Observer], error) {
+// session options they carry, read as NewSession reads them.
+func configure(c runConfig, opts []RunOption) (runConfig, sessionlink.Settings, error) {
 	c.backoffMin, c.backoffMax = 100*time.Millisecond, 5*time.Second
-	var sc sessionopt.Config[fencing.Observer]
 	for _, o := range opts {
 		if o == nil {
-			return c, sc, fmt.Errorf("%w: nil option", fencing.ErrInvalidArgument)
+			return c, sessionlink.Settings{}, fmt.Errorf("%w: nil option", fencing.ErrInvalidArgument)
 		}
 		o(&c)
 	}
-	for _, o := range c.session {
-		if o != nil {
-			o(&sc)
-		}
-	}
-	return c, sc, nil
-}
-
-// logger is where Run logs: its sessions' logger, or nowhere.
-func logger(sc sessionopt.Config[fencing.Observer]) *slog.Logger {
-	return cmp.Or(sc.Logger, slog.New(slog.DiscardHandler))
+	sc, err := sessionlink.Read(c.session)
+	return c, sc, err
 }
 
 func (c *runConfig) validate(ctx context.Context, cli *clientv3.Client, name string, work func(context.Context, *Term) error) error {
@@ -546,7 +535,7 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 	if r.stays != nil {
 		base = r.stays
 	}
-	rctx, cancel := ctxutil.Detach(base, leaveGrace, r.s.TTL())
+	rctx, cancel := lifetime.Detach(base, leaveGrace, r.s.TTL())
 	defer cancel()
 	var reason error
 	if r.reason != nil {
@@ -554,7 +543,7 @@ func (r *runner) resign(ctx context.Context, t *Term) error {
 	}
 	if r.handoff != nil {
 		// Half the grace at most once ctx has ended: the resign needs the rest.
-		hctx, hcancel := ctxutil.Detach(base, leaveGrace/2, r.s.TTL())
+		hctx, hcancel := lifetime.Detach(base, leaveGrace/2, r.s.TTL())
 		r.handoff(hctx, t, reason)
 		hcancel()
 	}
@@ -585,7 +574,7 @@ func (r *runner) drop(ctx context.Context, t *Term) {
 	if r.s.Err() != nil {
 		return // the session's end revokes its lease
 	}
-	rctx, cancel := ctxutil.Detach(ctx, leaveGrace, leaveGrace)
+	rctx, cancel := lifetime.Detach(ctx, leaveGrace, leaveGrace)
 	defer cancel()
 	if err := t.Resign(rctx); err != nil && !errors.Is(err, ErrNotLeader) {
 		r.log.Debug("resign of a lost term failed; sending it again in the background", "token", t.Token(), "err", err)
@@ -622,7 +611,7 @@ func (r *runner) closeSession(ctx context.Context) {
 		r.cand.leave()
 		r.cand = nil
 	}
-	cctx, cancel := ctxutil.Detach(ctx, leaveGrace, r.s.TTL())
+	cctx, cancel := lifetime.Detach(ctx, leaveGrace, r.s.TTL())
 	defer cancel()
 	r.s.Close(cctx)
 	r.s = nil

@@ -7,7 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
-	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/rank"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -164,7 +164,7 @@ func (c *candidacy) preferredNext(next *mvccpb.KeyValue) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.records[c.recordKey(next)]
-	return ok && prefer.Preferred(c.records, r)
+	return ok && rank.Preferred(c.records, r)
 }
 
 // unopposed reports whether no live record ranks above next, the key right
@@ -179,7 +179,7 @@ func (c *candidacy) unopposed(next *mvccpb.KeyValue) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.records[c.recordKey(next)]
-	return !ok || prefer.Preferred(c.records, r)
+	return !ok || rank.Preferred(c.records, r)
 }
 
 // recordKey is the record key of the candidate whose queue key is kv, or

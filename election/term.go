@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/lifetime"
 	"github.com/leasehold/leasehold/internal/ownership"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
@@ -215,7 +215,7 @@ func (t *Term) resign(ctx context.Context, reason error) (report func(), _ error
 // returns only once its watch is armed.
 func (t *Term) Context() context.Context {
 	if t == nil || t.link == nil {
-		return ctxutil.Ended(fmt.Errorf("election: %w: term not made by Campaign", fencing.ErrInvalidArgument))
+		return lifetime.Ended(fmt.Errorf("election: %w: term not made by Campaign", fencing.ErrInvalidArgument))
 	}
 	return t.own.Context()
 }

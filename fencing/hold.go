@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/lifetime"
 	"github.com/leasehold/leasehold/internal/ownership"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/revqueue"
@@ -112,7 +112,7 @@ func (h *Hold) unlock(ctx context.Context) (report func(), _ error) {
 // returns only once its watch is armed.
 func (h *Hold) Context() context.Context {
 	if h == nil || h.s == nil {
-		return ctxutil.Ended(fmt.Errorf("fencing: %w: hold not made by Lock", ErrInvalidArgument))
+		return lifetime.Ended(fmt.Errorf("fencing: %w: hold not made by Lock", ErrInvalidArgument))
 	}
 	return h.own.Context()
 }

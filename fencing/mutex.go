@@ -8,7 +8,6 @@ import (
 
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/revqueue"
-	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -88,9 +87,9 @@ func (m *Mutex) usable(ctx context.Context) error {
 // hold runs acquire, one call's acquire of the queue of kind and name on s,
 // and returns the hold of its key; op names the call in errors.
 func (s *Session) hold(ctx context.Context, op string, kind Kind, name string,
-	acquire func(context.Context, *sessionlink.Link, string) (*revqueue.Entry, error)) (*Hold, error) {
+	acquire func(context.Context, *revqueue.Session, string) (*revqueue.Entry, error)) (*Hold, error) {
 	start := time.Now()
-	e, err := acquire(ctx, s.link, s.identity)
+	e, err := acquire(ctx, &s.link.Session, s.identity)
 	if err != nil {
 		return nil, fmt.Errorf("fencing: %s %q: %w", op, name, acquireError(s, err))
 	}
@@ -100,9 +99,9 @@ func (s *Session) hold(ctx context.Context, op string, kind Kind, name string,
 // tryHold is hold for a try, which either owns at once or writes nothing
 // and names an owner (ErrLocked).
 func (s *Session) tryHold(ctx context.Context, op string, kind Kind, name string,
-	try func(context.Context, *sessionlink.Link, string) (*revqueue.Entry, *mvccpb.KeyValue, error)) (*Hold, error) {
+	try func(context.Context, *revqueue.Session, string) (*revqueue.Entry, *mvccpb.KeyValue, error)) (*Hold, error) {
 	start := time.Now()
-	e, owner, err := try(ctx, s.link, s.identity)
+	e, owner, err := try(ctx, &s.link.Session, s.identity)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("fencing: %s %q: %w", op, name, acquireError(s, err))
@@ -119,7 +118,7 @@ func (s *Session) tryHold(ctx context.Context, op string, kind Kind, name string
 // ErrSessionExpired (wrapping the session's cause, or ErrLeaseExpired when
 // the server found the lease gone first); other errors
 // (ErrKeyDeleted, ctx's, the client's) pass through. Package election reaches it
-// through the session's link.
+// through the session's Link (sessionlink.Of).
 func acquireError(s *Session, err error) error {
 	switch {
 	case errors.Is(err, revqueue.ErrLost):

@@ -2,10 +2,11 @@ package fencing
 
 import (
 	"fmt"
-	"github.com/leasehold/leasehold/internal/sessionopt"
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/sessionlink"
 )
 
 const (
@@ -24,7 +25,29 @@ const (
 // SessionOption configures NewSession.
 type SessionOption func(*sessionConfig)
 
-type sessionConfig = sessionopt.Config[Observer]
+// sessionConfig is what the options set; newSessionConfig is its one parser.
+type sessionConfig struct {
+	TTL       time.Duration
+	Margin    time.Duration
+	MarginSet bool // Margin was set by WithSafetyMargin
+	Logger    *slog.Logger
+	Identity  string
+	Root      string
+	Observer  Observer
+	InFlight  int // at most this many requests out at once
+}
+
+func init() {
+	sessionlink.Register(func(s *Session) *sessionlink.Link {
+		if s == nil {
+			return nil
+		}
+		return s.link
+	}, func(opts []SessionOption) (sessionlink.Settings, error) {
+		c, err := newSessionConfig(opts)
+		return sessionlink.Settings{TTL: c.TTL, Logger: c.Logger}, err
+	})
+}
 
 // WithTTL sets the lease TTL, rounded up to whole seconds (etcd's unit).
 // Longer survives longer pauses and partitions; shorter hands a crashed

@@ -8,9 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/admit"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/retry"
+	"github.com/leasehold/leasehold/internal/revqueue"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,7 +37,7 @@ type Session struct {
 	log      *slog.Logger
 	obs      Observer
 
-	ctx    context.Context // ends, with the cause, when done closes; carries link
+	ctx    context.Context // ends, with the cause, when done closes
 	cancel context.CancelCauseFunc
 	link   *sessionlink.Link // what guard, election and revqueue need of s
 
@@ -90,25 +92,33 @@ func NewSession(ctx context.Context, cli *clientv3.Client, opts ...SessionOption
 		done:       make(chan struct{}),
 	}
 	s.period = s.ttl / 3
-	life, cancel := context.WithCancelCause(context.Background())
-	s.link = &sessionlink.Link{Client: cli, Lease: s.id, Root: cfg.Root, Identity: cfg.Identity, KeyStem: keyspace.Stem(int64(s.id)), Cluster: s.cluster, TTL: s.ttl, Owners: new(ownwatch.Registry), Keys: new(sessionlink.KeyPool), Sweeps: new(sessionlink.Sweeps), Expired: ErrLeaseExpired, Go: s.background,
-		Track: func(kind, name string, rev int64, key string, wait time.Duration) sessionlink.Tenure {
-			return s.track(Kind(kind), Token{Name: name, Revision: rev, Cluster: s.cluster}, key, wait)
-		},
-		Reject:       s.reject,
-		AcquireError: func(err error) error { return acquireError(s, err) },
-		Latency:      new(retry.Latency),
-	}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.link = s.newLink(cfg)
 	s.link.Latency.Observe(time.Since(sent)) // the grant's round trip
-	s.link.Latency.SetLimit(cfg.InFlight)
-	s.ctx, s.cancel = sessionlink.With(life, s.link), cancel
-	s.link.Life = s.ctx
-	s.link.Watches = ownwatch.NewMux(cli, s.ctx, s.background)
 	s.closingCtx, s.closing = context.WithCancel(context.Background())
 	s.expiry = time.AfterFunc(time.Until(s.validUntil), s.checkExpiry)
 	s.wg.Go(s.keepAlive)
 	s.log.Debug("session started", "ttl", s.ttl, "margin", s.margin)
 	return s, nil
+}
+
+// newLink returns what the library's packages need of s, whose lease and
+// context are set.
+func (s *Session) newLink(cfg sessionConfig) *sessionlink.Link {
+	lat := &retry.Latency{Places: admit.New(cfg.InFlight)}
+	l := &sessionlink.Link{
+		Session: revqueue.Session{Client: s.cli, Lease: s.id, TTL: s.ttl, KeyStem: keyspace.Stem(int64(s.id)),
+			Life: s.ctx, Go: s.background, Latency: lat, Keys: new(revqueue.KeyPool), Sweeps: new(revqueue.Sweeps)},
+		Root: cfg.Root, Identity: cfg.Identity, Cluster: s.cluster,
+		Owners: new(ownwatch.Registry), Expired: ErrLeaseExpired,
+		Track: func(kind, name string, rev int64, key string, wait time.Duration) sessionlink.Tenure {
+			return s.track(Kind(kind), Token{Name: name, Revision: rev, Cluster: s.cluster}, key, wait)
+		},
+		Reject:       s.reject,
+		AcquireError: func(err error) error { return acquireError(s, err) },
+	}
+	l.Watches = ownwatch.NewMux(s.cli, s.ctx, s.background)
+	return l
 }
 
 // Lease returns the session's lease. Every key the session writes is

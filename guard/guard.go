@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/lifetime"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 )
@@ -38,7 +38,7 @@ type Owner interface {
 func Watch(ctx context.Context, o Owner) (context.Context, context.CancelFunc) {
 	l, err := check(ctx, o)
 	if err != nil {
-		return ctxutil.Ended(fmt.Errorf("guard: Watch: %w", err)), func() {}
+		return lifetime.Ended(fmt.Errorf("guard: Watch: %w", err)), func() {}
 	}
 	return ownwatch.Watch(ctx, l.Owner(o.Key(), o.Token().Revision))
 }
@@ -74,7 +74,7 @@ func check(ctx context.Context, o Owner) (*sessionlink.Link, error) {
 		return nil, fmt.Errorf("%w: nil owner", fencing.ErrInvalidArgument)
 	}
 	if s := o.Session(); s != nil {
-		if l := sessionlink.Of(s.Context()); l != nil {
+		if l := sessionlink.Of(s); l != nil {
 			return l, nil
 		}
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
-	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/rank"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -220,12 +220,12 @@ func (q *Queue) roles(prefix string) {
 
 // rank marks the candidates no other ranks above, as election.Run does.
 func (q *Queue) rank() {
-	rs := make(map[string]prefer.Record, len(q.Candidates))
+	rs := make(map[string]rank.Record, len(q.Candidates))
 	for _, c := range q.Candidates {
-		rs[c.Key] = prefer.Record{Key: c.Key, Priority: c.Priority, Drain: c.Drain}
+		rs[c.Key] = rank.Record{Key: c.Key, Priority: c.Priority, Drain: c.Drain}
 	}
 	for i := range q.Candidates {
-		q.Candidates[i].Preferred = prefer.Preferred(rs, rs[q.Candidates[i].Key])
+		q.Candidates[i].Preferred = rank.Preferred(rs, rs[q.Candidates[i].Key])
 	}
 }
 
@@ -336,7 +336,7 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
 		switch {
 		case ok && kind == string(fencing.KindCandidate) && (only == "" || only == fencing.KindElection):
-			if r, err := prefer.Decode(string(kv.Key), kv.Value); err == nil {
+			if r, err := rank.Decode(string(kv.Key), kv.Value); err == nil {
 				q := queue(fencing.KindElection, name)
 				q.Candidates = append(q.Candidates, Candidate{Key: r.Key, ID: r.ID, Priority: r.Priority, Drain: r.Drain})
 			}

@@ -25,7 +25,7 @@ import (
 	"hash/fnv"
 	"slices"
 
-	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/rank"
 )
 
 // Member is one replica of a group, as its membership key says.
@@ -48,12 +48,12 @@ type Member struct {
 }
 
 // record is m's rank, as package prefer orders candidates.
-func (m Member) record() prefer.Record {
+func (m Member) record() rank.Record {
 	p := m.Priority
 	if len(p) == 0 {
 		p = []int64{0}
 	}
-	return prefer.Record{Priority: p, Drain: m.Drain}
+	return rank.Record{Priority: p, Drain: m.Drain}
 }
 
 func (m Member) weight() int { return max(m.Weight, 1) }
@@ -158,7 +158,7 @@ func top(members []Member, candidates []int) []int {
 	best := candidates[:0:0]
 	for _, i := range candidates {
 		if len(best) > 0 {
-			c := prefer.Compare(members[i].record(), members[best[0]].record())
+			c := rank.Compare(members[i].record(), members[best[0]].record())
 			if c < 0 {
 				continue
 			}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/assign"
 	"github.com/leasehold/leasehold/internal/assign/assigntest"
-	"github.com/leasehold/leasehold/internal/prefer"
+	"github.com/leasehold/leasehold/internal/rank"
 )
 
 func group(r, n int) []assign.Member {
@@ -257,13 +257,13 @@ func FuzzAssignEveryNameLed(f *testing.F) {
 // outranks reports whether a ranks above b, as a name's candidates are
 // ranked: drained last, then by priority, none being [0].
 func outranks(a, b assign.Member) bool {
-	rec := func(m assign.Member) prefer.Record {
+	rec := func(m assign.Member) rank.Record {
 		if len(m.Priority) == 0 {
 			m.Priority = []int64{0}
 		}
-		return prefer.Record{Priority: m.Priority, Drain: m.Drain}
+		return rank.Record{Priority: m.Priority, Drain: m.Drain}
 	}
-	return prefer.Compare(rec(a), rec(b)) > 0
+	return rank.Compare(rec(a), rec(b)) > 0
 }
 
 // upgrade simulates a rolling upgrade of the members of ms, each replaced by

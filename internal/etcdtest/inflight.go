@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/sessionlink"
+	"github.com/leasehold/leasehold/internal/testbed/stacks"
 	"google.golang.org/grpc"
 )
 
@@ -56,9 +56,13 @@ func (f *InFlight) Now() int64 { return f.now.Load() }
 // Most returns the most requests that were out at once.
 func (f *InFlight) Most() int64 { return f.most.Load() }
 
-// Waiting returns how many of s's requests wait for a place in flight
-// (fencing.WithMaxInFlight).
-func Waiting(s *fencing.Session) int { return sessionlink.Of(s.Context()).Latency.Waiting() }
+// Waiting returns how many requests of the process's sessions wait for a
+// place in flight (fencing.WithMaxInFlight), read from the goroutines'
+// stacks: the library counts none. Only a session at its limit has any, and
+// the tests that ask keep one.
+func Waiting() int { return stacks.Blocked(placesEnter) }
+
+const placesEnter = "github.com/leasehold/leasehold/internal/admit.(*Places).Enter"
 
 // LimitedSession returns a session on c that lets at most limit requests
 // out at once, on a client of its own (with opts) that f watches.
@@ -73,7 +77,7 @@ func LimitedSession(t testing.TB, c *fencingtest.Cluster, limit int, opts ...fen
 func (f *InFlight) AwaitQueued(t testing.TB, s *fencing.Session, out, waiting int) {
 	t.Helper()
 	fencingtest.WaitFor(t, fencingtest.Wait, fmt.Sprintf("%d requests out and %d waiting for a place", out, waiting), func() bool {
-		return f.Now() == int64(out) && Waiting(s) == waiting
+		return f.Now() == int64(out) && Waiting() == waiting
 	})
 }
 

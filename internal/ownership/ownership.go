@@ -13,7 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/lifetime"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/sessionlink"
@@ -82,7 +82,7 @@ func (o *Ownership) Context() context.Context {
 	if o.watch == nil {
 		if o.stopped {
 			if o.ended == nil {
-				o.ended = ctxutil.Ended(o.stopCause)
+				o.ended = lifetime.Ended(o.stopCause)
 			}
 			return o.ended
 		}
@@ -133,7 +133,7 @@ func (o *Ownership) Release(ctx context.Context) (Outcome, int64, error) {
 		// goes. The delete goes on without it, within its deadline, until
 		// the session ends (TestUnlockWithTheHoldsOwnContext).
 		var cancel context.CancelFunc
-		ctx, cancel = ctxutil.Outlive(ctx, o.Link.Life)
+		ctx, cancel = lifetime.Outlive(ctx, o.Link.Life)
 		defer cancel()
 	}
 	var resp *clientv3.DeleteResponse

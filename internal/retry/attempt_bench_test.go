@@ -3,6 +3,8 @@ package retry
 import (
 	"context"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/admit"
 )
 
 // BenchmarkAttempt is the bound's own cost on an answered request, beside
@@ -38,7 +40,7 @@ func BenchmarkAttempt(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			var lat Latency
 			if bc.name == "bounded-limited" {
-				lat.SetLimit(512)
+				lat.Places = admit.New(512)
 			}
 			b.ReportAllocs()
 			for b.Loop() { // one goroutine: ns/op is CPU per attempt

@@ -3,19 +3,21 @@ package retry
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/admit"
 )
 
 // Latency is a smoothed estimate of how long a request to etcd takes, fed
 // by a session's keepalives and by the library's own requests, to bound each
 // attempt of a retried one. The zero value is ready; a nil *Latency
 // estimates zero. It also keeps the bounds that attempts of one session
-// share (see shared), and the session's places for attempts in flight (see
-// SetLimit).
+// share (see shared).
 type Latency struct {
-	ns      atomic.Int64
-	shared  [3]atomic.Pointer[shared]
-	places  chan struct{} // one value per attempt in flight; nil: no limit
-	waiting atomic.Int64  // attempts waiting for a place
+	// Places are the session's places for requests in flight, which every
+	// attempt waits for; nil: no limit.
+	Places *admit.Places
+	ns     atomic.Int64
+	shared [3]atomic.Pointer[shared]
 }
 
 // Observe folds one measured request time in, with weight 1/8 (as TCP

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/admit"
+
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -129,9 +131,9 @@ func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(cont
 
 // Attempt runs send with a ctx cancelled after Timeout(lat, n), or once
 // life ends, and feeds the time of an answered attempt to lat. It first
-// waits for a place among lat's attempts in flight (see SetLimit); if ctx
-// or life ends first, it sends nothing and returns an error wrapping
-// ErrNotSent. A first attempt may get up to an eighth less than its
+// waits for a place among lat's attempts in flight (Latency.Places); if
+// ctx or life ends first, it sends nothing and returns an error wrapping
+// admit.ErrNotSent. A first attempt may get up to an eighth less than its
 // Timeout: the first attempts of one life that start close together share
 // their bound (see shared). An
 // attempt cut short by its own time returns an error wrapping ErrNoAnswer.
@@ -140,10 +142,11 @@ func Until(ctx, life context.Context, lat *Latency, unsure *bool, send func(cont
 func Attempt(ctx, life context.Context, lat *Latency, n int, send func(context.Context) error) error {
 	// The wait for a place is the client's, not etcd's: it is not part of
 	// the attempt's time, nor of the latency estimate.
-	if err := lat.enter(ctx, life); err != nil {
+	places := lat.places()
+	if err := places.Enter(ctx, life); err != nil {
 		return err
 	}
-	defer lat.leave()
+	defer places.Leave()
 	start := time.Now()
 	actx, d, b := bound(ctx, life, lat, n, start)
 	defer b.free()
@@ -197,9 +200,9 @@ func Rejected(err error) bool {
 // applied: the request may have reached etcd and its reply been lost (a
 // timeout, a broken connection, ctx ending in flight). A refusal that etcd
 // answered (no leader, a dropped proposal, no permission) applied nothing,
-// nor did a request never sent (ErrNotSent).
+// nor did a request never sent (admit.ErrNotSent).
 func Unknown(err error) bool {
-	return err != nil && !Rejected(err) && !errors.Is(err, ErrNotSent)
+	return err != nil && !Rejected(err) && !errors.Is(err, admit.ErrNotSent)
 }
 
 // dropped reports a proposal raft refused before appending it (a leader
@@ -245,4 +248,26 @@ func pause(ctx, life context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-life.Done():
 	}
+}
+
+// places returns l's places in flight; nil (no limit) for a nil l.
+func (l *Latency) places() *admit.Places {
+	if l == nil {
+		return nil
+	}
+	return l.Places
+}
+
+// Once sends a request once, outside Attempt (a guarded txn, a cleanup's
+// delete, a read), in one of l's places in flight: send runs once a place
+// is free, or Once returns an error wrapping admit.ErrNotSent when ctx or
+// life (the session's) ends first.
+func Once[R any](l *Latency, ctx, life context.Context, send func() (R, error)) (R, error) {
+	places := l.places()
+	if err := places.Enter(ctx, life); err != nil {
+		var none R
+		return none, err
+	}
+	defer places.Leave()
+	return send()
 }

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/ctxutil"
+	"github.com/leasehold/leasehold/internal/admit"
+	"github.com/leasehold/leasehold/internal/lifetime"
 	"github.com/leasehold/leasehold/internal/retry"
-	"github.com/leasehold/leasehold/internal/sessionlink"
 	"github.com/leasehold/leasehold/internal/watchstream"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -22,7 +22,25 @@ import (
 var ErrLeaseGone = errors.New("lease gone")
 
 // Session is what acquiring needs of a fencing.Session.
-type Session = sessionlink.Link
+type Session struct {
+	Client *clientv3.Client
+	Lease  clientv3.LeaseID
+	TTL    time.Duration
+	// KeyStem starts the name of every key the session writes in a queue,
+	// after the queue's prefix: the lease in hex and a dash.
+	KeyStem string
+	// Life ends, with the cause, when the session stops vouching for its
+	// lease.
+	Life context.Context
+	// Go runs f in a goroutine the session owns and Close waits for; false,
+	// running nothing, once the session has ended.
+	Go func(f func()) bool
+	// Latency bounds each attempt of a retried request, and holds the
+	// session's places in flight.
+	Latency *retry.Latency
+	Keys    *KeyPool // the session's key slots
+	Sweeps  *Sweeps  // the ranges swept for keys of lost replies
+}
 
 // CleanupBudget is how long a failed or cancelled acquire goes on, after its
 // ctx has ended, trying to remove its key before it returns; what is left
@@ -33,7 +51,7 @@ const CleanupBudget = 25 * time.Millisecond
 // slot is the key of one acquire: "<prefix><lease in hex>-<slot>". No other
 // session ever writes it (the lease is the session's), and no other live
 // call of this session: a slot is reused only after the call that had it
-// has finished with its key (see sessionlink.KeyPool).
+// has finished with its key (see KeyPool).
 type slot struct {
 	dir     string // the queue's directory: the key is dir + stem + n
 	n       uint64
@@ -193,7 +211,7 @@ func (q Queue) settle(ctx context.Context, s *Session, sl *slot, err error) erro
 // leaseGone tells whether the server lost s's lease, which the session itself
 // learns only at its next renewal.
 func leaseGone(ctx context.Context, s *Session) bool {
-	ctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
+	ctx, cancel := lifetime.Detach(ctx, CleanupBudget, s.TTL/3)
 	defer cancel()
 	ttl, err := retry.Once(s.Latency, ctx, s.Life, func() (*clientv3.LeaseTimeToLiveResponse, error) { return s.Client.TimeToLive(ctx, s.Lease) })
 	return err == nil && ttl.TTL <= 0
@@ -208,7 +226,7 @@ func leaseGone(ctx context.Context, s *Session) bool {
 // failed, and a sweeper of the session (see sweep) whenever a request whose reply
 // was lost writes it again.
 func removeKey(ctx context.Context, s *Session, sl *slot) {
-	dctx, cancel := ctxutil.Detach(ctx, CleanupBudget, s.TTL/3)
+	dctx, cancel := lifetime.Detach(ctx, CleanupBudget, s.TTL/3)
 	err := tryRemove(dctx, s, sl.key)
 	cancel()
 	removed := err == nil
@@ -217,7 +235,7 @@ func removeKey(ctx context.Context, s *Session, sl *slot) {
 		sl.put(s)
 	case removed:
 		sl.retire(s)
-	case errors.Is(err, retry.ErrNotSent) && !sl.unsure:
+	case errors.Is(err, admit.ErrNotSent) && !sl.unsure:
 		// The delete waited for a place past its budget (a burst on the
 		// session) and was never sent: no delete of this key is in flight,
 		// and no enqueue can land late. The slot stays in use, so that no
@@ -257,7 +275,7 @@ func removeByName(s *Session, key string) (clean bool) {
 }
 
 // sweep runs a sweeper of the keys under prefix until the session ends or
-// the returned stop is called (sessionlink.Sweeps: at most MaxSweeps of
+// the returned stop is called (Sweeps: at most MaxSweeps of
 // them, however many queues lost replies), and calls armed once its watch
 // is armed and its first read done. An enqueue whose reply was lost
 // may be applied after any delete of ours (etcd gives no bound), and the

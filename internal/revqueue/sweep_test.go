@@ -12,7 +12,6 @@ import (
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/revqueue"
-	"github.com/leasehold/leasehold/internal/sessionlink"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -65,7 +64,7 @@ func TestSweeperReadsSharedRangeInPages(t *testing.T) {
 	if _, err := c.Admin.Put(ctx, kept[1], ""); err != nil {
 		t.Fatal(err)
 	}
-	s := &sessionlink.Link{Client: cli, Lease: g.ID, KeyStem: stem, TTL: 30 * time.Second, Keys: &sessionlink.KeyPool{}}
+	s := &revqueue.Session{Client: cli, Lease: g.ID, KeyStem: stem, TTL: 30 * time.Second, Keys: &revqueue.KeyPool{}}
 	s.Keys.Get("sw/q2450/") // slot 1 in use there
 	var wg sync.WaitGroup
 	life, end := context.WithCancel(ctx)

@@ -1,20 +1,17 @@
-package sessionlink_test
+package revqueue_test
 
 import (
 	"fmt"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/sessionlink"
-	"go.uber.org/goleak"
+	"github.com/leasehold/leasehold/internal/revqueue"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // A queue with no retired slot hands out its lowest slot not in use, and
 // keeps nothing once its slots are back; each slot is in use from Get until
 // Put or Retire.
 func TestKeyPoolReuse(t *testing.T) {
-	var p sessionlink.KeyPool
+	var p revqueue.KeyPool
 	a, b := p.Get("q/"), p.Get("q/")
 	if a == b || !p.InUse("q/", a) || !p.InUse("q/", b) {
 		t.Fatalf("two live slots %d, %d", a, b)
@@ -26,7 +23,7 @@ func TestKeyPoolReuse(t *testing.T) {
 	if c := p.Get("q/"); c != a {
 		t.Fatalf("Get after Put = %d, want the finished %d", c, a)
 	}
-	for i := range 3 * sessionlink.MaxFreeQueues {
+	for i := range 3 * revqueue.MaxFreeQueues {
 		q := fmt.Sprint("many", i, "/")
 		if c := p.Get(q); c != a {
 			t.Fatalf("queue %q: first slot %d, want %d as on every queue", q, c, a)
@@ -42,7 +39,7 @@ func TestKeyPoolReuse(t *testing.T) {
 // keeps its finished slots and takes new ones above every slot handed out;
 // other queues go on as before.
 func TestKeyPoolRetire(t *testing.T) {
-	var p sessionlink.KeyPool
+	var p revqueue.KeyPool
 	a, b, c := p.Get("q/"), p.Get("q/"), p.Get("q/")
 	p.Retire("q/", a)
 	if p.InUse("q/", a) {
@@ -50,7 +47,7 @@ func TestKeyPoolRetire(t *testing.T) {
 	}
 	p.Put("q/", c)
 	seen := map[uint64]bool{b: true}
-	for range 2 * sessionlink.MaxFreePerQueue {
+	for range 2 * revqueue.MaxFreePerQueue {
 		n := p.Get("q/")
 		if n == a || seen[n] {
 			t.Fatalf("Get handed out slot %d again (retired %d, live %v)", n, a, seen)
@@ -70,12 +67,12 @@ func TestKeyPoolRetire(t *testing.T) {
 // MaxFreeQueues queues of at most MaxFreePerQueue finished slots, and
 // nothing for slots no longer in use.
 func TestKeyPoolBounded(t *testing.T) {
-	var p sessionlink.KeyPool
-	for i := range 3 * sessionlink.MaxFreeQueues {
+	var p revqueue.KeyPool
+	for i := range 3 * revqueue.MaxFreeQueues {
 		q := fmt.Sprint("q", i, "/")
 		p.Retire(q, p.Get(q))
 		var slots []uint64
-		for range 2 * sessionlink.MaxFreePerQueue {
+		for range 2 * revqueue.MaxFreePerQueue {
 			slots = append(slots, p.Get(q))
 		}
 		for _, s := range slots {
@@ -83,7 +80,7 @@ func TestKeyPoolBounded(t *testing.T) {
 		}
 	}
 	free, inUse, swept := p.Size()
-	if free > sessionlink.MaxFreeQueues || inUse != 0 || swept > sessionlink.MaxSweptQueues {
+	if free > revqueue.MaxFreeQueues || inUse != 0 || swept > revqueue.MaxSweptQueues {
 		t.Fatalf("size %d, %d, %d", free, inUse, swept)
 	}
 }
@@ -92,17 +89,17 @@ func TestKeyPoolBounded(t *testing.T) {
 // and still never gets that slot back, nor does any other queue get a slot
 // it may have retired.
 func TestKeyPoolPastSweptMarks(t *testing.T) {
-	var p sessionlink.KeyPool
-	for i := range sessionlink.MaxSweptQueues {
+	var p revqueue.KeyPool
+	for i := range revqueue.MaxSweptQueues {
 		q := fmt.Sprint("q", i, "/")
 		p.Retire(q, p.Get(q))
 	}
 	late := p.Get("late/")
 	p.Retire("late/", late)
-	if _, _, swept := p.Size(); swept != sessionlink.MaxSweptQueues {
-		t.Fatalf("%d queues marked swept, want %d", swept, sessionlink.MaxSweptQueues)
+	if _, _, swept := p.Size(); swept != revqueue.MaxSweptQueues {
+		t.Fatalf("%d queues marked swept, want %d", swept, revqueue.MaxSweptQueues)
 	}
-	for range 2 * sessionlink.MaxFreePerQueue {
+	for range 2 * revqueue.MaxFreePerQueue {
 		if n := p.Get("late/"); n <= late {
 			t.Fatalf("Get handed out slot %d of a queue that retired slot %d", n, late)
 		}

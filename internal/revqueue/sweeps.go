@@ -1,4 +1,4 @@
-package sessionlink
+package revqueue
 
 import (
 	"context"
@@ -63,13 +63,6 @@ func (s *Sweeps) Cover(mine string, start func(prefix string, armed func()) cont
 	for _, p := range drop {
 		delete(s.stop, p)
 	}
-}
-
-// Ranges returns the prefixes swept.
-func (s *Sweeps) Ranges() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Collect(maps.Keys(s.stop))
 }
 
 // Plan returns how a set of at most limit prefixes, none starting another,

@@ -1,4 +1,4 @@
-package sessionlink_test
+package revqueue_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/sessionlink"
+	"github.com/leasehold/leasehold/internal/revqueue"
 )
 
 // Below the limit each queue's range is its own; at it, the two ranges that
@@ -29,7 +29,7 @@ func TestPlan(t *testing.T) {
 		{[]string{"r/teamA/1#lock/s-", "r/teamA/2#lock/s-"}, "r/teamB/1#lock/s-",
 			[]string{"r/teamA/", "r/teamB/1#lock/s-"}, []string{"r/teamA/1#lock/s-", "r/teamA/2#lock/s-"}},
 	} {
-		add, drop := sessionlink.Plan(tc.ps, tc.mine, 2)
+		add, drop := revqueue.Plan(tc.ps, tc.mine, 2)
 		if !slices.Equal(add, tc.add) || !slices.Equal(drop, tc.drop) {
 			t.Errorf("Plan(%q, %q) = %q, %q; want %q, %q", tc.ps, tc.mine, add, drop, tc.add, tc.drop)
 		}
@@ -40,7 +40,7 @@ func TestPlan(t *testing.T) {
 // MaxSweeps prefixes, none starting another, that cover every one of them,
 // and each replaced sweeper is stopped.
 func TestSweepsBounded(t *testing.T) {
-	var s sessionlink.Sweeps
+	var s revqueue.Sweeps
 	running := map[string]bool{}
 	var covered []string
 	for i := range 2000 {
@@ -52,7 +52,7 @@ func TestSweepsBounded(t *testing.T) {
 		})
 		covered = append(covered, mine)
 	}
-	checkSweeps(t, running, covered, sessionlink.MaxSweeps)
+	checkSweeps(t, running, covered, revqueue.MaxSweeps)
 	if got := s.Ranges(); len(got) != len(running) {
 		t.Fatalf("ranges %q, %d sweepers running", got, len(running))
 	}
@@ -64,7 +64,7 @@ func FuzzPlan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, mines string, limit uint8) {
 		var ps, covered []string
 		for _, mine := range strings.Split(mines, "\n") {
-			add, drop := sessionlink.Plan(ps, mine, int(limit))
+			add, drop := revqueue.Plan(ps, mine, int(limit))
 			covered = append(covered, mine)
 			ps = slices.DeleteFunc(ps, func(p string) bool { return slices.Contains(drop, p) })
 			ps = append(ps, add...)
@@ -100,7 +100,7 @@ func checkSweeps(t *testing.T, running map[string]bool, covered []string, limit 
 // before it armed hands those it replaced on to the one replacing it, so
 // that arming stops them all.
 func TestReplacedSweepersStopOnceArmed(t *testing.T) {
-	var s sessionlink.Sweeps
+	var s revqueue.Sweeps
 	running := map[string]bool{}
 	arm := map[string]func(){}
 	cover := func(mine string) {
@@ -110,7 +110,7 @@ func TestReplacedSweepersStopOnceArmed(t *testing.T) {
 		})
 	}
 	cover("m/aa0/")
-	for i := range sessionlink.MaxSweeps - 1 {
+	for i := range revqueue.MaxSweeps - 1 {
 		cover(fmt.Sprintf("m/%c0/", 'b'+i))
 	}
 	cover("m/aa1/") // merges with m/aa0/ as m/aa
@@ -125,5 +125,5 @@ func TestReplacedSweepersStopOnceArmed(t *testing.T) {
 	if running["m/aa"] || running["m/aa0/"] {
 		t.Fatalf("running %v: m/a armed, m/aa or m/aa0/ still on", running)
 	}
-	checkSweeps(t, running, []string{"m/aa0/", "m/aa1/", "m/ab0/"}, sessionlink.MaxSweeps)
+	checkSweeps(t, running, []string{"m/aa0/", "m/aa1/", "m/ab0/"}, revqueue.MaxSweeps)
 }

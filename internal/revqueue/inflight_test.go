@@ -1,4 +1,4 @@
-package fencing_test
+package revqueue_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/sessionlink"
 	"google.golang.org/grpc"
 )
 
@@ -23,9 +24,9 @@ import (
 func TestSessionBoundsRequestsInFlight(t *testing.T) {
 	const limit = 4
 	s, f := etcdtest.LimitedSession(t, fencingtest.Single(t), limit)
-	ctx := fencingtest.Context(t, wait)
+	ctx := fencingtest.Context(t, fencingtest.Wait)
 	f.Burst(t, s, limit, 40, func(i int) error {
-		h, err := newMutex(t, s, fmt.Sprint("burst/", i)).Lock(ctx)
+		h, err := fencingtest.Mutex(t, s, fmt.Sprint("burst/", i)).Lock(ctx)
 		if err != nil {
 			return err
 		}
@@ -36,57 +37,15 @@ func TestSessionBoundsRequestsInFlight(t *testing.T) {
 	}
 }
 
-// takePlace takes the one place of s (a LimitedSession of 1, watched by f)
-// with a guarded write under ctx, which f holds in the client until
-// Release, and returns the write's outcome once it comes.
-func takePlace(ctx context.Context, t *testing.T, s *fencing.Session, f *etcdtest.InFlight) <-chan error {
-	t.Helper()
-	h := lock(t, newMutex(t, s, "writer"))
-	f.Hold()
-	written := make(chan error, 1)
-	go func() { _, err := guard.Put(ctx, h, "data", "v"); written <- err }()
-	f.AwaitQueued(t, s, 1, 0)
-	return written
-}
-
-// A Lock whose ctx ends while it waits for a place sent nothing: it
-// returns ctx's error, and its key goes back to the session's pool, not
-// retired and swept as after a request whose outcome is unknown. The one
-// place is taken by a guarded write held in the client, which no attempt
-// bound gives up.
-func TestLockGivesUpWaitingForAPlace(t *testing.T) {
-	s, f := etcdtest.LimitedSession(t, fencingtest.Single(t), 1)
-	ctx := fencingtest.Context(t, wait)
-	written := takePlace(ctx, t, s, f)
-	short, cancel := context.WithCancel(ctx)
-	locked := make(chan error, 1)
-	go func() { _, err := newMutex(t, s, "waits").Lock(short); locked <- err }()
-	f.AwaitQueued(t, s, 1, 1)
-	cancel()
-	if err := <-locked; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Lock cancelled while waiting for a place: %v; want context.Canceled", err)
-	}
-	f.Release()
-	if err := <-written; err != nil {
-		t.Fatalf("guarded Put: %v", err)
-	}
-	if _, inUse, swept := fencing.KeyPoolSize(s); inUse != 1 || swept != 0 {
-		t.Errorf("key pool: %d slots in use, %d queues swept; want 1 (the writer's), none: the cancelled Lock sent nothing", inUse, swept)
-	}
-	if got := f.Most(); got > 1 {
-		t.Errorf("%d requests were out at once; want 1", got)
-	}
-}
-
 // A Lock waiting for a place when its session ends (its lease revoked from
 // another client) stops waiting, sent nothing, and returns
 // ErrSessionExpired; its slot is neither retired nor swept.
 func TestLockWaitingForAPlaceWhenSessionEnds(t *testing.T) {
 	c := fencingtest.Single(t)
 	s, f := etcdtest.LimitedSession(t, c, 1)
-	written := takePlace(fencingtest.Context(t, wait), t, s, f)
+	written := takePlace(fencingtest.Context(t, fencingtest.Wait), t, s, f)
 	locked := make(chan error, 1)
-	go func() { _, err := newMutex(t, s, "waits").Lock(t.Context()); locked <- err }() // no deadline of its own
+	go func() { _, err := fencingtest.Mutex(t, s, "waits").Lock(t.Context()); locked <- err }() // no deadline of its own
 	f.AwaitQueued(t, s, 1, 1)
 	c.Revoke(t, s.Lease())
 	if err := fencingtest.Receive(t, locked, "the Lock waiting for a place as its lease was revoked"); !errors.Is(err, fencing.ErrSessionExpired) {
@@ -94,7 +53,7 @@ func TestLockWaitingForAPlaceWhenSessionEnds(t *testing.T) {
 	}
 	f.Release()
 	<-written // sent before the revoke was seen: its outcome is not this test's
-	if _, _, swept := fencing.KeyPoolSize(s); swept != 0 {
+	if _, _, swept := sessionlink.Of(s).Keys.Size(); swept != 0 {
 		t.Errorf("%d queues swept; want none: the Lock sent nothing", swept)
 	}
 }
@@ -106,13 +65,13 @@ func TestLockWaitingForAPlaceWhenSessionEnds(t *testing.T) {
 func TestWaitingForAPlaceWhenClientCloses(t *testing.T) {
 	c := fencingtest.Single(t)
 	s, f := etcdtest.LimitedSession(t, c, 1)
-	held := lock(t, newMutex(t, s, "held"))
+	held := fencingtest.Lock(t, s, "held")
 	// clientv3 resends a request failed by its closed connection until the
 	// caller's ctx ends: the write's ends before it is let go.
 	wctx, stopWrite := context.WithCancel(t.Context())
 	written := takePlace(wctx, t, s, f)
 	locked, unlocked := make(chan error, 1), make(chan error, 1)
-	go func() { _, err := newMutex(t, s, "waits").Lock(t.Context()); locked <- err }()
+	go func() { _, err := fencingtest.Mutex(t, s, "waits").Lock(t.Context()); locked <- err }()
 	go func() { unlocked <- held.Unlock(t.Context()) }()
 	f.AwaitQueued(t, s, 1, 2)
 	s.Client().Close()
@@ -128,12 +87,54 @@ func TestWaitingForAPlaceWhenClientCloses(t *testing.T) {
 	// The Lock's key went back to the pool (sent nothing, retired nothing);
 	// the writer's stays in use, and so does the unlocked one's, whose delete
 	// was never sent (its lease takes the key).
-	if _, inUse, swept := fencing.KeyPoolSize(s); inUse != 2 || swept != 0 {
+	if _, inUse, swept := sessionlink.Of(s).Keys.Size(); inUse != 2 || swept != 0 {
 		t.Errorf("key pool: %d slots in use, %d queues swept; want 2, none: the waiting calls sent nothing", inUse, swept)
 	}
 	stopWrite()
 	f.Release()
 	<-written // out before the close: its outcome is not this test's
+}
+
+// takePlace takes the one place of s (a LimitedSession of 1, watched by f)
+// with a guarded write under ctx, which f holds in the client until
+// Release, and returns the write's outcome once it comes.
+func takePlace(ctx context.Context, t *testing.T, s *fencing.Session, f *etcdtest.InFlight) <-chan error {
+	t.Helper()
+	h := fencingtest.Lock(t, s, "writer")
+	f.Hold()
+	written := make(chan error, 1)
+	go func() { _, err := guard.Put(ctx, h, "data", "v"); written <- err }()
+	f.AwaitQueued(t, s, 1, 0)
+	return written
+}
+
+// A Lock whose ctx ends while it waits for a place sent nothing: it
+// returns ctx's error, and its key goes back to the session's pool, not
+// retired and swept as after a request whose outcome is unknown. The one
+// place is taken by a guarded write held in the client, which no attempt
+// bound gives up.
+func TestLockGivesUpWaitingForAPlace(t *testing.T) {
+	s, f := etcdtest.LimitedSession(t, fencingtest.Single(t), 1)
+	ctx := fencingtest.Context(t, fencingtest.Wait)
+	written := takePlace(ctx, t, s, f)
+	short, cancel := context.WithCancel(ctx)
+	locked := make(chan error, 1)
+	go func() { _, err := fencingtest.Mutex(t, s, "waits").Lock(short); locked <- err }()
+	f.AwaitQueued(t, s, 1, 1)
+	cancel()
+	if err := <-locked; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock cancelled while waiting for a place: %v; want context.Canceled", err)
+	}
+	f.Release()
+	if err := <-written; err != nil {
+		t.Fatalf("guarded Put: %v", err)
+	}
+	if _, inUse, swept := sessionlink.Of(s).Keys.Size(); inUse != 1 || swept != 0 {
+		t.Errorf("key pool: %d slots in use, %d queues swept; want 1 (the writer's), none: the cancelled Lock sent nothing", inUse, swept)
+	}
+	if got := f.Most(); got > 1 {
+		t.Errorf("%d requests were out at once; want 1", got)
+	}
 }
 
 // A cancelled Lock whose key is written deletes it in the background when
@@ -145,9 +146,9 @@ func TestWaitingForAPlaceWhenClientCloses(t *testing.T) {
 // for the enqueue's place.
 func TestCleanupWaitsForAPlaceWithoutRetiring(t *testing.T) {
 	c := fencingtest.Single(t)
-	lock(t, newMutex(t, newSession(t, c.Client(t)), "contended")) // the Lock waits behind it
+	fencingtest.Lock(t, fencingtest.Session(t, c.Client(t)), "contended") // the Lock waits behind it
 	queue := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), "contended")
-	lockCtx, cancelLock := context.WithCancel(fencingtest.Context(t, wait))
+	lockCtx, cancelLock := context.WithCancel(fencingtest.Context(t, fencingtest.Wait))
 	defer cancelLock()
 	release := make(chan struct{})
 	var (
@@ -156,7 +157,10 @@ func TestCleanupWaitsForAPlaceWithoutRetiring(t *testing.T) {
 		h      *fencing.Hold
 		writes = make(chan error, 2)
 	)
-	write := func(key string) { _, err := guard.Put(fencingtest.Context(t, wait), h, key, "v"); writes <- err }
+	write := func(key string) {
+		_, err := guard.Put(fencingtest.Context(t, fencingtest.Wait), h, key, "v")
+		writes <- err
+	}
 	hold := etcdtest.Unary(func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if fencingtest.PutsUnder(req, "held/") {
 			select {
@@ -168,21 +172,21 @@ func TestCleanupWaitsForAPlaceWithoutRetiring(t *testing.T) {
 		err := invoker(ctx, m, req, reply, cc, opts...)
 		if fencingtest.PutsUnder(req, queue) && armed.CompareAndSwap(true, false) {
 			go write("held/2") // takes the enqueue's place once it returns
-			fencingtest.Within(wait, func() bool { return etcdtest.Waiting(s) == 1 })
+			fencingtest.Within(fencingtest.Wait, func() bool { return etcdtest.Waiting() == 1 })
 			cancelLock()
 		}
 		return err
 	})
 	s, f := etcdtest.LimitedSession(t, c, 2, hold)
-	h = lock(t, newMutex(t, s, "writer"))
+	h = fencingtest.Lock(t, s, "writer")
 	go write("held/1")
-	fencingtest.WaitFor(t, wait, "the first write to hold a place", func() bool { return f.Now() == 1 })
+	fencingtest.WaitFor(t, fencingtest.Wait, "the first write to hold a place", func() bool { return f.Now() == 1 })
 	armed.Store(true)
-	if _, err := newMutex(t, s, "contended").Lock(lockCtx); !errors.Is(err, context.Canceled) {
+	if _, err := fencingtest.Mutex(t, s, "contended").Lock(lockCtx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock: %v; want context.Canceled", err)
 	}
-	fencingtest.WaitFor(t, wait, "the cleanup's delete to wait for a place", func() bool { return etcdtest.Waiting(s) >= 1 })
-	if _, inUse, swept := fencing.KeyPoolSize(s); inUse != 2 || swept != 0 {
+	fencingtest.WaitFor(t, fencingtest.Wait, "the cleanup's delete to wait for a place", func() bool { return etcdtest.Waiting() >= 1 })
+	if _, inUse, swept := sessionlink.Of(s).Keys.Size(); inUse != 2 || swept != 0 {
 		t.Fatalf("key pool: %d slots in use, %d queues swept; want 2 (the writer's and the cancelled Lock's), none", inUse, swept)
 	}
 	close(release)
@@ -191,11 +195,11 @@ func TestCleanupWaitsForAPlaceWithoutRetiring(t *testing.T) {
 			t.Fatalf("guarded Put: %v", err)
 		}
 	}
-	fencingtest.WaitFor(t, wait, "the cancelled Lock's key to be deleted", func() bool {
-		_, inUse, _ := fencing.KeyPoolSize(s)
+	fencingtest.WaitFor(t, fencingtest.Wait, "the cancelled Lock's key to be deleted", func() bool {
+		_, inUse, _ := sessionlink.Of(s).Keys.Size()
 		return inUse == 1 && len(c.Keys(t, queue)) == 1
 	})
-	if _, _, swept := fencing.KeyPoolSize(s); swept != 0 {
+	if _, _, swept := sessionlink.Of(s).Keys.Size(); swept != 0 {
 		t.Errorf("%d queues swept; want none: the slot goes back to the pool", swept)
 	}
 }

@@ -1,4 +1,4 @@
-package fencing_test
+package revqueue_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/revqueue"
 	"github.com/leasehold/leasehold/internal/sessionlink"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,7 +62,7 @@ func TestLostRepliesKeepOneSweeper(t *testing.T) {
 	if g := runtime.NumGoroutine(); g > before+20 {
 		t.Errorf("goroutines grew from %d to %d over 1600 lost replies", before, g)
 	}
-	if free, inUse, swept := fencing.KeyPoolSize(s); free > 16 || inUse != 0 || swept != 16 {
+	if free, inUse, swept := sessionlink.Of(s).Keys.Size(); free > 16 || inUse != 0 || swept != 16 {
 		t.Errorf("key pool: %d queues with free slots, %d in use, %d swept; want at most 16, 0, 16", free, inUse, swept)
 	}
 	if keys := c.Keys(t, prefix); len(keys) != 0 {
@@ -89,21 +90,21 @@ func TestLostRepliesOnNewNamesStayBounded(t *testing.T) {
 	if n := f.lost.Load(); n < names {
 		t.Fatalf("only %d replies lost", n)
 	}
-	ranges := fencing.SweptRanges(s)
-	if len(ranges) > sessionlink.MaxSweeps {
+	ranges := sessionlink.Of(s).Sweeps.Ranges()
+	if len(ranges) > revqueue.MaxSweeps {
 		t.Errorf("%d ranges swept after %d names lost replies: %q", len(ranges), names+16, ranges)
 	}
 	if g := runtime.NumGoroutine(); g > before+20 {
 		t.Errorf("goroutines grew from %d to %d over %d names that lost replies", before, g, names)
 	}
-	if free, inUse, swept := fencing.KeyPoolSize(s); free > sessionlink.MaxFreeQueues || inUse != 0 || swept > sessionlink.MaxSweptQueues {
+	if free, inUse, swept := sessionlink.Of(s).Keys.Size(); free > revqueue.MaxFreeQueues || inUse != 0 || swept > revqueue.MaxSweptQueues {
 		t.Errorf("key pool: %d queues with free slots, %d in use, %d swept; want at most %d, 0, at most %d",
-			free, inUse, swept, sessionlink.MaxFreeQueues, sessionlink.MaxSweptQueues)
+			free, inUse, swept, revqueue.MaxFreeQueues, revqueue.MaxSweptQueues)
 	}
 	// A name no range was made for: a shared range covers it.
 	shared := ""
 	for _, p := range ranges {
-		if !strings.HasSuffix(p, fencing.KeyStem(s)) {
+		if !strings.HasSuffix(p, sessionlink.Of(s).KeyStem) {
 			shared = p
 		}
 	}
@@ -111,7 +112,7 @@ func TestLostRepliesOnNewNamesStayBounded(t *testing.T) {
 		t.Fatalf("no shared range among %q", ranges)
 	}
 	f.lateIsSwept(t, c, s, c.Client(t), strings.TrimPrefix(shared, fencing.DefaultRoot)+"late")
-	if got := fencing.SweptRanges(s); len(got) > sessionlink.MaxSweeps {
+	if got := sessionlink.Of(s).Sweeps.Ranges(); len(got) > revqueue.MaxSweeps {
 		t.Errorf("%d ranges swept: %q", len(got), got)
 	}
 	if keys := c.Keys(t, f.prefix); len(keys) != 0 {
@@ -132,13 +133,13 @@ func TestSweepsStayInsideGrants(t *testing.T) {
 	c.AddUser(t, "teams", grants...)
 	f := &firstLost{prefix: fencing.DefaultRoot + "team"}
 	s := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("teams", "teams"), f.Option()), fencing.WithTTL(60*time.Second))
-	for i := range sessionlink.MaxSweeps {
+	for i := range revqueue.MaxSweeps {
 		lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("teamA/", i)).Lock)
 	}
 	lockUnlock(t, fencingtest.Mutex(t, s, "teamB/0").Lock)
 	f.lateIsSwept(t, c, s, c.Client(t, fencingtest.WithAuth("teams", "teams")), "teamB/late")
 	f.lateIsSwept(t, c, s, c.Client(t, fencingtest.WithAuth("teams", "teams")), "teamA/late")
-	for _, r := range fencing.SweptRanges(s) {
+	for _, r := range sessionlink.Of(s).Sweeps.Ranges() {
 		if !strings.HasPrefix(r, grants[0]) && !strings.HasPrefix(r, grants[1]) {
 			t.Errorf("range %q is outside the grants %q", r, grants)
 		}
@@ -194,15 +195,15 @@ func (f *firstLost) lateIsSwept(t *testing.T, c *fencingtest.Cluster, s *fencing
 		_, err := fencingtest.Mutex(t, s, name).Lock(ctx)
 		done <- err
 	}()
-	fencingtest.WaitFor(t, wait, "the retried enqueue to queue", func() bool { return len(c.Keys(t, lp)) == 2 })
+	fencingtest.WaitFor(t, fencingtest.Wait, "the retried enqueue to queue", func() bool { return len(c.Keys(t, lp)) == 2 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v", err)
 	}
-	fencingtest.WaitFor(t, wait, "the cancelled Lock's key to go", func() bool { return len(c.Keys(t, lp)) == 1 })
+	fencingtest.WaitFor(t, fencingtest.Wait, "the cancelled Lock's key to go", func() bool { return len(c.Keys(t, lp)) == 1 })
 	f.Release() // the first enqueue arrives now, and writes the key again
-	fencingtest.WaitFor(t, wait, "the late key to be swept", func() bool { return len(c.Keys(t, lp)) == 1 })
-	if err := owner.Unlock(fencingtest.Context(t, wait)); err != nil {
+	fencingtest.WaitFor(t, fencingtest.Wait, "the late key to be swept", func() bool { return len(c.Keys(t, lp)) == 1 })
+	if err := owner.Unlock(fencingtest.Context(t, fencingtest.Wait)); err != nil {
 		t.Fatal(err)
 	}
 	lockUnlock(t, fencingtest.Mutex(t, fencingtest.Session(t, other), name).Lock) // not blocked by a ghost
@@ -227,11 +228,11 @@ func putKey(req any) string {
 func TestManyNamesKeepPoolBounded(t *testing.T) {
 	c := fencingtest.Single(t)
 	s := fencingtest.Session(t, c.Client(t))
-	names := sessionlink.MaxFreeQueues + 200
+	names := revqueue.MaxFreeQueues + 200
 	eachName(names, func(i int) bool { return lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).TryLock) })
-	if free, inUse, swept := fencing.KeyPoolSize(s); free > sessionlink.MaxFreeQueues || inUse != 0 || swept != 0 {
+	if free, inUse, swept := sessionlink.Of(s).Keys.Size(); free > revqueue.MaxFreeQueues || inUse != 0 || swept != 0 {
 		t.Errorf("key pool after %d names: %d queues with free slots, %d in use, %d swept; want at most %d, 0, 0",
-			names, free, inUse, swept, sessionlink.MaxFreeQueues)
+			names, free, inUse, swept, revqueue.MaxFreeQueues)
 	}
 }
 
@@ -243,11 +244,11 @@ func TestManyNamesKeepPoolBounded(t *testing.T) {
 func TestManyNamesReuseKeys(t *testing.T) {
 	c := fencingtest.Single(t)
 	s := fencingtest.Session(t, c.Client(t))
-	names := sessionlink.MaxFreeQueues + 200
+	names := revqueue.MaxFreeQueues + 200
 	keys := make([]string, names)
 	for pass := range 2 {
 		eachName(names, func(i int) bool {
-			h, err := fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).Lock(fencingtest.Context(t, wait))
+			h, err := fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).Lock(fencingtest.Context(t, fencingtest.Wait))
 			if err != nil {
 				t.Error(err)
 				return false
@@ -257,7 +258,7 @@ func TestManyNamesReuseKeys(t *testing.T) {
 			} else if h.Key() != keys[i] {
 				t.Errorf("name %d locked with key %q, then %q", i, keys[i], h.Key())
 			}
-			if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+			if err := h.Unlock(fencingtest.Context(t, fencingtest.Wait)); err != nil {
 				t.Error(err)
 				return false
 			}
@@ -285,12 +286,12 @@ func eachName(names int, f func(i int) bool) {
 // lockUnlock takes a hold with lock and releases it, and reports whether
 // both worked (the test is marked failed otherwise).
 func lockUnlock(t *testing.T, lock func(context.Context) (*fencing.Hold, error)) bool {
-	h, err := lock(fencingtest.Context(t, wait))
+	h, err := lock(fencingtest.Context(t, fencingtest.Wait))
 	if err != nil {
 		t.Error(err)
 		return false
 	}
-	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+	if err := h.Unlock(fencingtest.Context(t, fencingtest.Wait)); err != nil {
 		t.Error(err)
 		return false
 	}

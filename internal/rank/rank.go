@@ -1,8 +1,8 @@
-// Package prefer orders the candidates of an election: the record each
+// Package rank orders the candidates of an election: the record each
 // preferring replica keeps next to the election's queue, and which of them
 // may campaign. Safety never depends on it: the queue alone decides who
 // leads; preference only decides who joins the queue and who gives way.
-package prefer
+package rank
 
 import (
 	"encoding/json"

@@ -1,5 +1,7 @@
-// Package ctxutil holds the context helpers the library's packages share.
-package ctxutil
+// Package lifetime makes contexts that end otherwise than their parent: a
+// cleanup that outlives its call by a grace period (Detach), a request that
+// goes on while a session lives (Outlive), and one already over (Ended).
+package lifetime
 
 import (
 	"context"

@@ -5,15 +5,20 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/admit"
+	"github.com/leasehold/leasehold/internal/testbed/stacks"
 )
+
+// enter is where an attempt waits for a place, as a stack names it.
+const enter = "github.com/leasehold/leasehold/internal/admit.(*Places).Enter"
 
 // An attempt waits for a place among its Latency's attempts in flight; one
 // whose ctx or life ends first sends nothing, and its error wraps
 // ErrNotSent with the cause, a failure whose outcome is known. The place
 // goes to the next attempt once the one out returns.
 func TestAttemptWaitsForAPlace(t *testing.T) {
-	l := new(Latency)
-	l.SetLimit(1)
+	l := &Latency{Places: admit.New(1)}
 	out, release := make(chan struct{}), make(chan struct{})
 	firstDone := make(chan error, 1)
 	go func() {
@@ -53,10 +58,10 @@ func TestAttemptWaitsForAPlace(t *testing.T) {
 			go func() {
 				done <- Attempt(ctx, life, l, 0, func(context.Context) error { sent = true; return nil })
 			}()
-			waitUntil(t, "the attempt to wait for a place", func() bool { return l.Waiting() == 1 })
+			waitUntil(t, "the attempt to wait for a place", func() bool { return stacks.Blocked(enter) == 1 })
 			end()
 			err := <-done
-			if sent || !errors.Is(err, ErrNotSent) || !errors.Is(err, context.Canceled) || Unknown(err) || Transient(err) {
+			if sent || !errors.Is(err, admit.ErrNotSent) || !errors.Is(err, context.Canceled) || Unknown(err) || Transient(err) {
 				t.Fatalf("%s: sent %v, err %v; want nothing sent, ErrNotSent and context.Canceled, outcome known, not passing", c.name, sent, err)
 			}
 		}
@@ -65,7 +70,7 @@ func TestAttemptWaitsForAPlace(t *testing.T) {
 	go func() {
 		next <- Attempt(context.Background(), context.Background(), l, 0, func(context.Context) error { return nil })
 	}()
-	waitUntil(t, "the next attempt to wait for a place", func() bool { return l.Waiting() == 1 })
+	waitUntil(t, "the next attempt to wait for a place", func() bool { return stacks.Blocked(enter) == 1 })
 	close(release)
 	if err := <-firstDone; err != nil {
 		t.Fatal(err)
@@ -73,8 +78,10 @@ func TestAttemptWaitsForAPlace(t *testing.T) {
 	if err := <-next; err != nil {
 		t.Fatalf("next attempt after the place was freed: %v", err)
 	}
-	if n := len(l.places); n != 0 {
-		t.Errorf("%d places taken once every attempt returned; want 0", n)
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if err := l.Places.Enter(ended, ended); err != nil {
+		t.Errorf("the place is still taken once every attempt returned: %v", err)
 	}
 }
 

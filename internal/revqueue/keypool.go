@@ -1,4 +1,4 @@
-package sessionlink
+package revqueue
 
 import "sync"
 
@@ -141,12 +141,4 @@ func (p *KeyPool) InUse(prefix string, slot uint64) bool {
 func (p *KeyPool) used(prefix string, slot uint64) bool {
 	_, ok := p.inUse[slotOf{prefix, slot}]
 	return ok
-}
-
-// Size returns the number of queues with finished slots kept, of slots in
-// use, and of queues marked swept.
-func (p *KeyPool) Size() (free, inUse, swept int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.free), len(p.inUse), len(p.swept)
 }
