@@ -21,3 +21,10 @@ func (m *Mux) KeepsCreates() bool {
 	defer m.mu.Unlock()
 	return m.creating != nil
 }
+
+// Watches returns the number of watches m serves.
+func (m *Mux) Watches() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ws)
+}

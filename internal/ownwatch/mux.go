@@ -290,10 +290,3 @@ func (m *Mux) retry(w *Watcher, gen int, reason string) {
 		m.send(create(w))
 	})
 }
-
-// Watches returns the number of watches m serves.
-func (m *Mux) Watches() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.ws)
-}
