@@ -11,8 +11,8 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 func TestNewRejectsBadInput(t *testing.T) {

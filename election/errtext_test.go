@@ -7,7 +7,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 // Every error election returns names the package once, first, whatever it

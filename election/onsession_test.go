@@ -9,7 +9,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 

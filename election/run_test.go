@@ -14,8 +14,8 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 // replicas runs n Run replicas of one election, each on its own client,

@@ -12,8 +12,8 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 // overrun is how far past its documented bound a call may return here: slack

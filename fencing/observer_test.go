@@ -11,8 +11,8 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 func waitCounts(t *testing.T, r *fencingtest.Recorder, what string, ok func(c [5]int) bool) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build-etcd.sh: build an etcd server binary of a given version from the Go
-# module proxy, for the version-skew tests in internal/compat.
+# module proxy, for the version-skew tests in internal/testbed/compat.
 #
 #   scripts/build-etcd.sh [--apt] VERSION [OUTDIR]
 #
@@ -16,7 +16,7 @@
 # Debian's package (3.4.23, /usr/bin/etcd): `apt-get install -y etcd-server`,
 # or run this script as root with --apt and VERSION 3.4 to have it install it.
 #
-# Then: LEASEHOLD_ETCD_BIN=<the printed path> go test ./internal/compat/ -v -count=1
+# Then: LEASEHOLD_ETCD_BIN=<the printed path> go test ./internal/testbed/compat/ -v -count=1
 set -euo pipefail
 
 die() { echo "build-etcd: $*" >&2; exit 1; }
@@ -51,7 +51,7 @@ case "$version" in
 	echo "etcd 3.4 (Debian etcd-server): $bin"
 	"$bin" --version
 	echo
-	echo "LEASEHOLD_ETCD_BIN=$bin go test ./internal/compat/ -v -count=1"
+	echo "LEASEHOLD_ETCD_BIN=$bin go test ./internal/testbed/compat/ -v -count=1"
 	exit 0
 	;;
 [0-9]*.[0-9]*.[0-9]*) ;;
@@ -110,4 +110,4 @@ grep -q "^etcd Version: $version\$" <<<"$reported" || die "$out reports a differ
 echo "built $out"
 echo "$reported"
 echo
-echo "LEASEHOLD_ETCD_BIN=$out go test ./internal/compat/ -v -count=1"
+echo "LEASEHOLD_ETCD_BIN=$out go test ./internal/testbed/compat/ -v -count=1"

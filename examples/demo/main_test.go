@@ -11,7 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testbed/pgtest"
 )
 
 // The demo re-executes itself for its workers: here, the test binary, whose

@@ -10,7 +10,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 // jobN is job for --permits: at start, an "overlap" line if PERMITS groups

@@ -122,8 +122,8 @@ func TestStandalone(t *testing.T) {
 	s.Fatalf("boom %d", 7)
 }
 
-// The library's packages do not import the kit, so no production binary
-// links etcd's server through leasehold.
+// The library's packages do not import the kit or the test bed, so no
+// production binary links etcd's server through leasehold.
 func TestLibraryDoesNotImportKit(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}",
 		"github.com/leasehold/leasehold", "github.com/leasehold/leasehold/fencing",
@@ -133,7 +133,8 @@ func TestLibraryDoesNotImportKit(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasSuffix(dep, "/fencingtest") || strings.HasPrefix(dep, "go.etcd.io/etcd/server/") {
+		if strings.HasSuffix(dep, "/fencingtest") || strings.Contains(dep, "/internal/testbed/") ||
+			strings.HasPrefix(dep, "go.etcd.io/etcd/server/") {
 			t.Errorf("a library package depends on %s", dep)
 		}
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/assign"
-	"github.com/leasehold/leasehold/internal/assign/assigntest"
 	"github.com/leasehold/leasehold/internal/rank"
+	"github.com/leasehold/leasehold/internal/testbed/assigntest"
 )
 
 func group(r, n int) []assign.Member {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

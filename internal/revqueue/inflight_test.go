@@ -10,9 +10,9 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/sessionlink"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"google.golang.org/grpc"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/revqueue"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 // mainHelper is the etcdtest helper that runs the program's main.

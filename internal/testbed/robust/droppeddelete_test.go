@@ -7,8 +7,8 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/internal/etcdtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 // TestHandoffAcrossTwoDroppedDeletes drops two attempts of an Unlock's

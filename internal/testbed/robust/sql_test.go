@@ -15,8 +15,8 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/sqlfence"
-	"github.com/leasehold/leasehold/internal/etcdtest"
-	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/pgtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
