@@ -74,7 +74,7 @@ func TestProclaimResignAfterKeyDeleted(t *testing.T) {
 	if err := term.Proclaim(fencingtest.Context(t, wait), "w"); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Proclaim: %v; want ErrNotLeader", err)
 	}
-	if c.Exists(t, term.Key()) {
+	if etcdtest.Exists(t, c, term.Key()) {
 		t.Fatal("Proclaim after the delete recreated the key")
 	}
 	if err := term.Resign(fencingtest.Context(t, wait)); !errors.Is(err, election.ErrNotLeader) {
@@ -106,7 +106,7 @@ func TestResignRetriesAfterNetworkError(t *testing.T) {
 		err := term.Resign(ctx)
 		return err == nil || errors.Is(err, election.ErrNotLeader)
 	})
-	if c.Exists(t, term.Key()) {
+	if etcdtest.Exists(t, c, term.Key()) {
 		t.Fatal("key outlived Resign")
 	}
 }
@@ -247,7 +247,7 @@ func TestObserveAndCampaignSurviveCompaction(t *testing.T) {
 	// the candidate's): a stop that loses the enqueue's reply fails the
 	// Campaign instead, as it should.
 	fencingtest.WaitFor(t, wait, "the candidate to wait", func() bool { return ctr.Requests("Watch") >= 2 })
-	c.CompactWhileDown(t, 0, func() {
+	etcdtest.CompactWhileDown(t, c, 0, func() {
 		if err := leader.Resign(fencingtest.Context(t, wait)); err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +329,7 @@ func TestResignOnClosedClient(t *testing.T) {
 	if !errors.Is(err, election.ErrNotLeader) || !errors.Is(err, fencing.ErrSessionClosed) {
 		t.Fatalf("Resign on a closed client: %v; want ErrNotLeader and ErrSessionClosed", err)
 	}
-	fencingtest.WaitFor(t, wait, "the key to go with the lease", func() bool { return !c.Exists(t, term.Key()) })
+	fencingtest.WaitFor(t, wait, "the key to go with the lease", func() bool { return !etcdtest.Exists(t, c, term.Key()) })
 }
 
 // A term whose session stopped vouching is over: Resign says ErrNotLeader,
@@ -353,7 +353,7 @@ func TestResignAfterSessionLost(t *testing.T) {
 	if !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Resign after the session was lost: %v; want ErrNotLeader", err)
 	}
-	if c.Exists(t, term.Key()) {
+	if etcdtest.Exists(t, c, term.Key()) {
 		t.Fatal("key outlived Resign")
 	}
 }
@@ -366,7 +366,7 @@ func TestResignWithTheTermsOwnContext(t *testing.T) {
 	if err := term.Resign(term.Context()); err != nil {
 		t.Fatalf("Resign(term.Context()): %v", err)
 	}
-	if c.Exists(t, term.Key()) {
+	if etcdtest.Exists(t, c, term.Key()) {
 		t.Fatal("the term's key is left")
 	}
 }

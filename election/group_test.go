@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"log/slog"
 	"os"
 	"runtime"
@@ -451,7 +452,7 @@ func TestGroupSlowHandoffKeepsOtherNames(t *testing.T) {
 	var refusing atomic.Bool
 	var refused atomic.Int32
 	replies := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
-		if refusing.Load() && fencingtest.DeletesUnder(req, fencing.DefaultRoot) {
+		if refusing.Load() && etcdtest.DeletesUnder(req, fencing.DefaultRoot) {
 			refused.Add(1)
 			return fencingtest.Refuse
 		}

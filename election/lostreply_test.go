@@ -1,6 +1,7 @@
 package election_test
 
 import (
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"sync/atomic"
 	"testing"
 
@@ -15,8 +16,8 @@ import (
 func TestTermCallsRetryPassingFailures(t *testing.T) {
 	c := fencingtest.Single(t)
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "election", "retry")
-	puts := func(req any) bool { return fencingtest.PutsUnder(req, prefix) }
-	deletes := func(req any) bool { return fencingtest.DeletesUnder(req, prefix) }
+	puts := func(req any) bool { return etcdtest.PutsUnder(req, prefix) }
+	deletes := func(req any) bool { return etcdtest.DeletesUnder(req, prefix) }
 	for _, f := range []fencingtest.Fault{fencingtest.LoseReply, fencingtest.Refuse, fencingtest.Hang} {
 		// Each step's first write gets the fault: Campaign's and Proclaim's
 		// puts, then Resign's delete.
@@ -66,7 +67,7 @@ func TestLateProclaimDoesNotRevertValue(t *testing.T) {
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "election", "late-proclaim")
 	var armed, hit atomic.Bool
 	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
-		if armed.Load() && fencingtest.PutsUnder(req, prefix) && hit.CompareAndSwap(false, true) {
+		if armed.Load() && etcdtest.PutsUnder(req, prefix) && hit.CompareAndSwap(false, true) {
 			return fencingtest.Late
 		}
 		return fencingtest.Pass

@@ -18,8 +18,8 @@ const wait = fencingtest.Wait
 
 var (
 	newSession  = fencingtest.Session
-	newElection = fencingtest.Election
-	next        = fencingtest.Next
+	newElection = etcdtest.Election
+	next        = etcdtest.Next
 )
 
 func campaign(t testing.TB, e *election.Election, value string) *election.Term {

@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"testing"
 
 	"github.com/leasehold/leasehold/election"
@@ -15,7 +16,7 @@ import (
 // loss noticed by its watch and again by Proclaim and Resign.
 func TestTermReportsEachEventOnce(t *testing.T) {
 	c := fencingtest.Single(t)
-	var rec fencingtest.Recorder
+	var rec etcdtest.Recorder
 	s := newSession(t, c.Client(t), fencing.WithObserver(rec.Observer()))
 	e := newElection(t, s, "observed")
 	ctx := fencingtest.Context(t, wait)
@@ -35,7 +36,7 @@ func TestTermReportsEachEventOnce(t *testing.T) {
 	}
 	lost.Resign(ctx)
 
-	rec.Snapshot(func(r *fencingtest.Recorder) {
+	rec.Snapshot(func(r *etcdtest.Recorder) {
 		if len(r.Acquired) != 2 || len(r.Released) != 1 || len(r.Lost) != 1 || len(r.Rejected) != 2 {
 			t.Fatalf("acquired %d, released %d, lost %d, rejected %d; want 2, 1, 1, 2 (Proclaim and Resign refused)",
 				len(r.Acquired), len(r.Released), len(r.Lost), len(r.Rejected))
@@ -59,7 +60,7 @@ func TestTermReportsEachEventOnce(t *testing.T) {
 // lost once; the term Run then wins is reported released when Run resigns.
 func TestRunReportsLostTerm(t *testing.T) {
 	c := fencingtest.Single(t)
-	var rec fencingtest.Recorder
+	var rec etcdtest.Recorder
 	terms := make(chan *election.Term, 2)
 	work := func(ctx context.Context, term *election.Term) error {
 		terms <- term
@@ -78,7 +79,7 @@ func TestRunReportsLostTerm(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	rec.Snapshot(func(r *fencingtest.Recorder) {
+	rec.Snapshot(func(r *etcdtest.Recorder) {
 		if len(r.Acquired) != 2 || len(r.Lost) != 1 || len(r.Released) != 1 {
 			t.Fatalf("acquired %d, lost %d, released %d; want 2, 1, 1", len(r.Acquired), len(r.Lost), len(r.Released))
 		}

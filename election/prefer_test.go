@@ -499,14 +499,14 @@ func TestRankedGaveWayResignFails(t *testing.T) {
 	intercept := etcdtest.Unary(func(ctx context.Context, method string, req, reply any,
 		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		switch {
-		case fencingtest.PutsUnder(req, queue) && enqueues.Add(1) == 1:
+		case etcdtest.PutsUnder(req, queue) && enqueues.Add(1) == 1:
 			close(enqueuing)
 			select {
 			case <-proceed:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-		case fencingtest.DeletesUnder(req, queue) && deletes.Add(1) == 1:
+		case etcdtest.DeletesUnder(req, queue) && deletes.Add(1) == 1:
 			return rpctypes.ErrGRPCPermissionDenied // the resign of the term given way
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
@@ -554,7 +554,7 @@ func TestPriorityWithoutCandidatePermission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.AddUser(t, "svc", queue)
+	etcdtest.AddUser(t, c, "svc", queue)
 	ctx, cancel := context.WithCancel(fencingtest.Context(t, time.Minute))
 	defer cancel()
 	working := make(chan struct{})
@@ -599,7 +599,7 @@ func TestPreferredRecordGoesWithEnqueue(t *testing.T) {
 			f.waitLeader("low")
 			var hit atomic.Bool
 			r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
-				if fencingtest.PutsUnder(req, queue) && hit.CompareAndSwap(false, true) {
+				if etcdtest.PutsUnder(req, queue) && hit.CompareAndSwap(false, true) {
 					return fault
 				}
 				return fencingtest.Pass

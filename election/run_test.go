@@ -210,7 +210,7 @@ func TestRunPolicies(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run with KeepLeading: %v", err)
 	}
-	if term == nil || c.Exists(t, term.Key()) {
+	if term == nil || etcdtest.Exists(t, c, term.Key()) {
 		t.Fatal("KeepLeading's term not resigned when ctx ended")
 	}
 }

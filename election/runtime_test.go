@@ -65,7 +65,7 @@ func TestResignWithADoneContextEndsContextsAtOnce(t *testing.T) {
 	if !errors.Is(context.Cause(tctx), election.ErrNotLeader) || !errors.Is(context.Cause(term.Context()), election.ErrNotLeader) {
 		t.Errorf("contexts after the failed Resign: causes %v and %v, want ErrNotLeader", context.Cause(tctx), context.Cause(term.Context()))
 	}
-	fencingtest.WaitFor(t, wait, "the session to delete the key", func() bool { return !c.Exists(t, term.Key()) })
+	fencingtest.WaitFor(t, wait, "the session to delete the key", func() bool { return !etcdtest.Exists(t, c, term.Key()) })
 	if err := term.Resign(fencingtest.Context(t, wait)); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Resign again: %v; want ErrNotLeader (already resigned)", err)
 	}

@@ -83,7 +83,7 @@ func TestKindsNoticeLosses(t *testing.T) {
 					}
 					loss.do(t, c, h)
 					if !armed {
-						fencingtest.WaitFor(t, wait, "the key to go", func() bool { return !c.Exists(t, h.Key()) })
+						fencingtest.WaitFor(t, wait, "the key to go", func() bool { return !etcdtest.Exists(t, c, h.Key()) })
 						work = h.Context()
 					}
 					if cause := fencingtest.Ended(t, work, wait, "the hold's context"); !errors.Is(cause, loss.cause) {
@@ -145,7 +145,7 @@ func TestSharedLateEnqueueLeavesNoKey(t *testing.T) {
 			if err := wt.result(t); !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled: %v", err)
 			}
-			fencingtest.WaitFor(t, wait, "the cancelled call's key to go", func() bool { return !c.Exists(t, wt.key) })
+			fencingtest.WaitFor(t, wait, "the cancelled call's key to go", func() bool { return !etcdtest.Exists(t, c, wt.key) })
 			r.Release() // the first enqueue arrives now, and writes the key again
 			fencingtest.WaitFor(t, wait, "the late key to be swept", func() bool { return w.keysOf(t, c, wt.s) == 0 })
 			wt.release(t)
@@ -173,7 +173,7 @@ func TestSharedWaitSurvivesCompactionAndReconnect(t *testing.T) {
 			cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
 			wt := w.startOn(t, c, cli, fencingtest.Context(t, 2*wait), fencing.WithTTL(30*time.Second))
 			fencingtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
-			c.CompactWhileDown(t, 0, func() { wt.release(t) })
+			etcdtest.CompactWhileDown(t, c, 0, func() { wt.release(t) })
 			if err := wt.result(t); err != nil {
 				t.Fatalf("the wait across compaction and reconnect: %v", err)
 			}
@@ -207,7 +207,7 @@ func putsUnder(t *testing.T, kind fencing.Kind, name string) func(string, any) b
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(_ string, req any) bool { return fencingtest.PutsUnder(req, p) }
+	return func(_ string, req any) bool { return etcdtest.PutsUnder(req, p) }
 }
 
 // Each wait, and every call of the new kinds, returns by its ctx's

@@ -32,7 +32,7 @@ func once(f fencingtest.Fault, match func(method string, req any) bool) func(str
 
 func enqueueOf(name string) func(string, any) bool {
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", name)
-	return func(_ string, req any) bool { return fencingtest.PutsUnder(req, prefix) }
+	return func(_ string, req any) bool { return etcdtest.PutsUnder(req, prefix) }
 }
 
 // A Lock whose enqueue was applied but whose reply was lost keeps its place
@@ -116,7 +116,7 @@ func TestUnlockRetriesPassingFailures(t *testing.T) {
 	c := fencingtest.Single(t)
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", "unlock-retry")
 	for _, f := range []fencingtest.Fault{fencingtest.LoseReply, fencingtest.Refuse, fencingtest.Hang} {
-		r := &fencingtest.Replies{Decide: once(f, func(_ string, req any) bool { return fencingtest.DeletesUnder(req, prefix) })}
+		r := &fencingtest.Replies{Decide: once(f, func(_ string, req any) bool { return etcdtest.DeletesUnder(req, prefix) })}
 		h := fencingtest.Lock(t, newSession(t, c.Client(t, r.Option())), "unlock-retry")
 		if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 			t.Fatalf("Unlock across fault %d: %v", f, err)
@@ -200,7 +200,7 @@ func TestStoppedEnqueueLeavesNoKey(t *testing.T) {
 	var n atomic.Int32
 	fault := etcdtest.Unary(
 		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			if !fencingtest.PutsUnder(req, prefix) {
+			if !etcdtest.PutsUnder(req, prefix) {
 				return inv(ctx, method, req, reply, cc, opts...)
 			}
 			if n.Add(1) == 1 {
@@ -348,7 +348,7 @@ func TestFailedCleanupBehindSweeperLeavesNoKey(t *testing.T) {
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", name)
 	var lost, refuse, armed atomic.Bool
 	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
-		if fencingtest.PutsUnder(req, prefix) && lost.CompareAndSwap(false, true) {
+		if etcdtest.PutsUnder(req, prefix) && lost.CompareAndSwap(false, true) {
 			return fencingtest.LoseReply // A's first enqueue: its slot is retired, the queue swept
 		}
 		if d, ok := req.(*pb.DeleteRangeRequest); ok && strings.HasPrefix(string(d.Key), prefix) && refuse.CompareAndSwap(true, false) {

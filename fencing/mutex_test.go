@@ -205,7 +205,7 @@ func TestTwoLocksOnOneSession(t *testing.T) {
 	if err := first.Unlock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Fatalf("double Unlock: %v; want ErrNotHeld", err)
 	}
-	if !c.Exists(t, second.Key()) {
+	if !etcdtest.Exists(t, c, second.Key()) {
 		t.Fatal("the old hold's second Unlock released the new hold")
 	}
 }
@@ -300,7 +300,7 @@ func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
 	// Stop the member only once the waiter watches: a stop that loses the
 	// enqueue's reply fails the Lock instead, as it should.
 	fencingtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
-	c.CompactWhileDown(t, 0, func() {
+	etcdtest.CompactWhileDown(t, c, 0, func() {
 		if err := holder.Unlock(fencingtest.Context(t, wait)); err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
-func waitCounts(t *testing.T, r *fencingtest.Recorder, what string, ok func(c [5]int) bool) {
+func waitCounts(t *testing.T, r *etcdtest.Recorder, what string, ok func(c [5]int) bool) {
 	t.Helper()
 	fencingtest.WaitFor(t, wait, what, func() bool { return ok(r.Counts()) })
 }
@@ -24,7 +24,7 @@ func waitCounts(t *testing.T, r *fencingtest.Recorder, what string, ok func(c [5
 // many paths learn of it (the session's end, the hold's watch, Unlock).
 func TestObserverSeesEachEventOnce(t *testing.T) {
 	c := fencingtest.Single(t)
-	var rec fencingtest.Recorder
+	var rec etcdtest.Recorder
 	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second), fencing.WithObserver(rec.Observer()))
 	ctx := fencingtest.Context(t, wait)
 
@@ -60,7 +60,7 @@ func TestObserverSeesEachEventOnce(t *testing.T) {
 	open.Unlock(ctx)
 	waitCounts(t, &rec, "the release at Close", func(c [5]int) bool { return c[1] == 2 })
 
-	rec.Snapshot(func(r *fencingtest.Recorder) {
+	rec.Snapshot(func(r *etcdtest.Recorder) {
 		if len(r.Acquired) != 5 || len(r.Released) != 2 || len(r.Lost) != 3 {
 			t.Fatalf("acquired %d, released %d, lost %d; want 5, 2, 3", len(r.Acquired), len(r.Released), len(r.Lost))
 		}
@@ -97,13 +97,13 @@ func TestObserverSeesEachEventOnce(t *testing.T) {
 
 // A Gate reports each stale token it refuses, and nothing else.
 func TestGateReportsRejections(t *testing.T) {
-	var rec fencingtest.Recorder
+	var rec etcdtest.Recorder
 	g := fencing.Gate{OnReject: rec.Observer().OnReject}
 	for _, rev := range []int64{5, 5, 7, 6} {
 		g.Admit(context.Background(), fencing.Token{Name: "n", Revision: rev})
 	}
 	g.Admit(context.Background(), fencing.Token{}) // invalid, not stale
-	rec.Snapshot(func(r *fencingtest.Recorder) {
+	rec.Snapshot(func(r *etcdtest.Recorder) {
 		if len(r.Rejected) != 1 || r.Rejected[0].Token.Revision != 6 || !errors.Is(r.Rejected[0].Cause, fencing.ErrStaleToken) {
 			t.Fatalf("rejections %+v; want one, of revision 6, ErrStaleToken", r.Rejected)
 		}
@@ -142,7 +142,7 @@ func TestLoggerRecordsTransitions(t *testing.T) {
 // released, not lost.
 func TestObserverClosedClientReleases(t *testing.T) {
 	c := fencingtest.Single(t)
-	var rec fencingtest.Recorder
+	var rec etcdtest.Recorder
 	cli := fencingtest.NewClient(t, c.Endpoints())
 	s := newSession(t, cli, fencing.WithObserver(rec.Observer()))
 	lock(t, newMutex(t, s, "client-closed"))

@@ -84,7 +84,7 @@ func TestStaleHoldOfReusedKey(t *testing.T) {
 	if err := old.Unlock(fencingtest.Context(t, wait)); err == nil {
 		t.Fatal("a second Unlock of the stale hold succeeded")
 	}
-	if !c.Exists(t, cur.Key()) {
+	if !etcdtest.Exists(t, c, cur.Key()) {
 		t.Fatal("the stale hold's Unlock deleted the new owner's key")
 	}
 	for name, ctx := range map[string]context.Context{"guard.Watch": wctx, "Context": hctx} {
@@ -159,7 +159,7 @@ func TestKeyOfFailedUnlockIsNotReused(t *testing.T) {
 	if err := h.Unlock(fencingtest.Context(t, wait)); err != nil && !errors.Is(err, fencing.ErrNotHeld) {
 		t.Fatal(err)
 	}
-	fencingtest.WaitFor(t, wait, "the key to go", func() bool { return !c.Exists(t, h.Key()) })
+	fencingtest.WaitFor(t, wait, "the key to go", func() bool { return !etcdtest.Exists(t, c, h.Key()) })
 	next := lock(t, m)
 	if next.Key() == h.Key() {
 		t.Errorf("the key %q of a hold with a failed delete was reused", h.Key())

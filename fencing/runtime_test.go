@@ -129,7 +129,7 @@ func TestUnlockWithADoneContextEndsContextsAtOnce(t *testing.T) {
 			t.Errorf("%s after the failed Unlock: cause %v, want ErrNotHeld", name, context.Cause(ctx))
 		}
 	}
-	fencingtest.WaitFor(t, wait, "the session to delete the key", func() bool { return !c.Exists(t, h.Key()) })
+	fencingtest.WaitFor(t, wait, "the session to delete the key", func() bool { return !etcdtest.Exists(t, c, h.Key()) })
 	if err := h.Unlock(fencingtest.Context(t, wait)); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Fatalf("Unlock again: %v; want ErrNotHeld (already released)", err)
 	}

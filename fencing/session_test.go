@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"strings"
 	"sync"
 	"testing"
@@ -178,7 +179,7 @@ func TestSessionCloseReleasesHolds(t *testing.T) {
 	if err := s.Err(); !errors.Is(err, fencing.ErrSessionClosed) {
 		t.Fatalf("Err() = %v; want ErrSessionClosed", err)
 	}
-	if c.Exists(t, h.Key()) {
+	if etcdtest.Exists(t, c, h.Key()) {
 		t.Fatal("hold's key outlived Close")
 	}
 	if err := s.Close(fencingtest.Context(t, wait)); err != nil {
@@ -222,7 +223,7 @@ func TestBlackholedSessionEndsBeforeServerDeletes(t *testing.T) {
 func partitionTrial(s *fencing.Session, link *fencingtest.Link, deletion <-chan time.Time) error {
 	link.Blackhole()
 	atCut := s.ValidUntil()
-	deletedAt, err := fencingtest.StoppedBefore(s.Done(), deletion)
+	deletedAt, err := etcdtest.StoppedBefore(s.Done(), deletion)
 	if err != nil {
 		return fmt.Errorf("lease %x (ValidUntil at cut %v): %w", s.Lease(), atCut, err)
 	}
@@ -262,14 +263,14 @@ func TestWatchedHoldsEndWhenClientCloses(t *testing.T) {
 		}
 	}
 	for _, h := range holds {
-		fencingtest.WaitFor(t, wait, "the keys to go with the lease", func() bool { return !c.Exists(t, h.Key()) })
+		fencingtest.WaitFor(t, wait, "the keys to go with the lease", func() bool { return !etcdtest.Exists(t, c, h.Key()) })
 	}
 }
 
 // A session that cannot reach etcd says which endpoints and why, not only
 // that its ctx ended.
 func TestNewSessionNamesUnreachableEndpoint(t *testing.T) {
-	addr, err := fencingtest.FreeAddr() // nothing listens there
+	addr, err := kit.FreeAddr() // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}

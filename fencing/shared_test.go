@@ -3,6 +3,7 @@ package fencing_test
 import (
 	"context"
 	"errors"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"slices"
 	"testing"
 	"time"
@@ -161,7 +162,7 @@ func TestSharedWaitsFail(t *testing.T) {
 			if err := wt.result(t); !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled: %v; want context.Canceled", err)
 			}
-			fencingtest.WaitFor(t, wait, "the call's key removed", func() bool { return !c.Exists(t, wt.key) })
+			fencingtest.WaitFor(t, wait, "the call's key removed", func() bool { return !etcdtest.Exists(t, c, wt.key) })
 			wt.release(t)
 		})
 		t.Run(w.name+"/lease revoked", func(t *testing.T) {

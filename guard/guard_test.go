@@ -153,7 +153,7 @@ func TestTxnOutOfOrderIsRefused(t *testing.T) {
 			t.Errorf("%s: Commit = %v; want ErrInvalidArgument", name, err)
 		}
 	}
-	if c.Exists(t, "order-key") {
+	if etcdtest.Exists(t, c, "order-key") {
 		t.Fatal("a txn built out of order wrote its op")
 	}
 }
@@ -186,7 +186,7 @@ func TestCompactionAndReconnectKeepValidHold(t *testing.T) {
 	h := lock(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact")
 	ctx := watch(t, h)
 	watches := ctr.Requests("Watch")
-	c.CompactWhileDown(t, 0, func() {})
+	etcdtest.CompactWhileDown(t, c, 0, func() {})
 	// Re-armed: its create sent again, on a new stream.
 	fencingtest.WaitFor(t, wait, "the watch to be re-armed", func() bool {
 		return ctr.Requests("Watch") > watches && ctr.Streams("Watch") > 1
@@ -252,7 +252,7 @@ func TestDoJoinsLossCause(t *testing.T) {
 // hold's loss, each once, though nothing watched the hold.
 func TestTxnReportsRejectionAndLoss(t *testing.T) {
 	c := fencingtest.Single(t)
-	var rec fencingtest.Recorder
+	var rec etcdtest.Recorder
 	s := newSession(t, c.Client(t), fencing.WithObserver(rec.Observer()))
 	h := lock(t, s, "reported")
 	c.Delete(t, h.Key())
@@ -263,7 +263,7 @@ func TestTxnReportsRejectionAndLoss(t *testing.T) {
 		}
 	}
 	h.Unlock(ctx)
-	rec.Snapshot(func(r *fencingtest.Recorder) {
+	rec.Snapshot(func(r *etcdtest.Recorder) {
 		if len(r.Rejected) != 2 || len(r.Lost) != 1 || len(r.Released) != 0 {
 			t.Fatalf("rejected %d, lost %d, released %d; want 2, 1, 0", len(r.Rejected), len(r.Lost), len(r.Released))
 		}

@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"errors"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"sync/atomic"
 	"testing"
 
@@ -17,7 +18,7 @@ func TestGuardedTxnTellsUnknownOutcome(t *testing.T) {
 	var sent atomic.Int32
 	var fault atomic.Int32
 	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
-		if !fencingtest.PutsUnder(req, "outcome/") {
+		if !etcdtest.PutsUnder(req, "outcome/") {
 			return fencingtest.Pass
 		}
 		sent.Add(1)

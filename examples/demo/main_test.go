@@ -2,6 +2,7 @@ package main
 
 import (
 	"database/sql"
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"io"
 	"slices"
 	"strings"
@@ -157,7 +158,7 @@ func TestDemoLedgerOnPostgreSQL(t *testing.T) {
 // saying which, with no key left in etcd.
 func TestDemoUnreachableLedger(t *testing.T) {
 	c := fencingtest.SingleTLS(t)
-	addr, err := fencingtest.FreeAddr() // nothing listens there
+	addr, err := kit.FreeAddr() // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,6 @@
 package fencingtest
 
 import (
-	"fmt"
-	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -52,16 +50,6 @@ func (c *Cluster) Delete(t TB, key string) int64 {
 	return resp.Deleted
 }
 
-// Exists reports whether key exists, read linearizably from the admin client.
-func (c *Cluster) Exists(t TB, key string) bool {
-	t.Helper()
-	resp, err := c.Admin.Get(Context(t, adminTimeout), key, clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatalf("fencingtest: get %q: %v", key, err)
-	}
-	return resp.Count > 0
-}
-
 // Keys returns every key under prefix, read from the admin client.
 func (c *Cluster) Keys(t TB, prefix string) []string {
 	t.Helper()
@@ -74,58 +62,6 @@ func (c *Cluster) Keys(t TB, prefix string) []string {
 		keys = append(keys, string(kv.Key))
 	}
 	return keys
-}
-
-// Deletion watches key from the admin client and returns a channel that
-// receives the time at which the deletion of key was seen. The watch is
-// established when Deletion returns. The channel is closed without a value if
-// the test ends first.
-func (c *Cluster) Deletion(t TB, key string) <-chan time.Time {
-	t.Helper()
-	wch := c.Admin.Watch(Context(t, time.Minute), key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	<-wch
-	seen := make(chan time.Time, 1)
-	go func() {
-		defer close(seen)
-		for resp := range wch {
-			if len(resp.Events) > 0 {
-				seen <- time.Now()
-				return
-			}
-		}
-	}()
-	return seen
-}
-
-// StoppedBefore waits for the deletion that Deletion reports, and returns
-// when it was seen and nil if stopped had closed strictly before: the S3
-// order, a holder stops before the server gives its key away. Otherwise the
-// error says what happened.
-func StoppedBefore(stopped <-chan struct{}, deletion <-chan time.Time) (time.Time, error) {
-	stoppedAt := When(stopped)
-	deletedAt, ok := <-deletion
-	if !ok {
-		return deletedAt, fmt.Errorf("watch ended without a delete")
-	}
-	select {
-	case at := <-stoppedAt:
-		if !at.Before(deletedAt) {
-			return deletedAt, fmt.Errorf("stopped at %v, not before the delete seen at %v", at, deletedAt)
-		}
-		return deletedAt, nil
-	default:
-		return deletedAt, fmt.Errorf("key deleted by the server (seen at %v) while the holder still went on", deletedAt)
-	}
-}
-
-// When returns a channel that receives the time at which done closed.
-func When(done <-chan struct{}) <-chan time.Time {
-	at := make(chan time.Time, 1)
-	go func() {
-		<-done
-		at <- time.Now()
-	}()
-	return at
 }
 
 // WithAuth makes a client log in as user.
@@ -155,46 +91,4 @@ func (c *Cluster) EnableAuth(t TB) {
 	}
 	c.Admin.Close()
 	c.Admin = root
-}
-
-// AddUser creates user, with password user, granted read and write on each
-// key prefix (none: a user who may touch nothing).
-func (c *Cluster) AddUser(t TB, user string, prefixes ...string) {
-	t.Helper()
-	ctx := Context(t, adminTimeout)
-	if _, err := c.Admin.UserAdd(ctx, user, user); err != nil {
-		t.Fatalf("fencingtest: add user %s: %v", user, err)
-	}
-	if len(prefixes) == 0 {
-		return
-	}
-	if _, err := c.Admin.RoleAdd(ctx, user); err != nil {
-		t.Fatalf("fencingtest: add role %s: %v", user, err)
-	}
-	for _, p := range prefixes {
-		if _, err := c.Admin.RoleGrantPermission(ctx, user, p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
-			t.Fatalf("fencingtest: grant %s on %q: %v", user, p, err)
-		}
-	}
-	if _, err := c.Admin.UserGrantRole(ctx, user, user); err != nil {
-		t.Fatalf("fencingtest: grant role %s: %v", user, err)
-	}
-}
-
-// CompactWhileDown stops member i, runs meanwhile (a release, say) on the
-// others, writes a few keys and compacts past them, then restarts i: its
-// clients reconnect and must resume their watches from a revision that is
-// gone.
-func (c *Cluster) CompactWhileDown(t TB, i int, meanwhile func()) {
-	t.Helper()
-	c.Stop(i)
-	c.WaitLeader(t)
-	meanwhile()
-	for n := range 10 {
-		if _, err := c.Admin.Put(Context(t, adminTimeout), "fencingtest/filler", strconv.Itoa(n)); err != nil {
-			t.Fatalf("fencingtest: filler: %v", err)
-		}
-	}
-	c.Compact(t)
-	c.Restart(t, i)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"os"
 	"strconv"
 	"strings"
@@ -67,7 +69,7 @@ func waitDeleted(t *testing.T, c *fencingtest.Cluster, key string, d time.Durati
 	t.Helper()
 	ctx := fencingtest.Context(t, d)
 	wch := c.Admin.Watch(ctx, key)
-	if !c.Exists(t, key) {
+	if !etcdtest.Exists(t, c, key) {
 		return
 	}
 	for resp := range wch {
@@ -88,7 +90,7 @@ func TestSingleServes(t *testing.T) {
 	if _, err := c.Admin.Put(ctx, "k", "v"); err != nil {
 		t.Fatalf("Put: %v", err)
 	}
-	if !c.Exists(t, "k") {
+	if !etcdtest.Exists(t, c, "k") {
 		t.Fatal("key k missing after Put")
 	}
 	if n := c.Delete(t, "k"); n != 1 {
@@ -111,7 +113,7 @@ func TestBlackholeExpiresLeaseOfOneClient(t *testing.T) {
 	}
 	link.Blackhole()
 	waitDeleted(t, c, "cut", 20*time.Second)
-	if !c.Exists(t, "healthy") {
+	if !etcdtest.Exists(t, c, "healthy") {
 		t.Fatal("healthy client's key expired too: the fault was not per client")
 	}
 	// The blackholed client hears nothing until the link is restored.
@@ -185,7 +187,7 @@ func TestFreeAddrBelowEphemeralPorts(t *testing.T) {
 		t.Skipf("the kernel gives connections every port from %d: none is left below", low)
 	}
 	for range 50 {
-		addr, err := fencingtest.FreeAddr()
+		addr, err := kit.FreeAddr()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +240,7 @@ func TestRevokeDeletesLeasedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Revoke(t, id)
-	if c.Exists(t, "leased") {
+	if etcdtest.Exists(t, c, "leased") {
 		t.Fatal("key outlived its revoked lease")
 	}
 }

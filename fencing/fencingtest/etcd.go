@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"net/url"
 	"os"
 	"strings"
@@ -119,11 +120,11 @@ func start(n int, certs *Certs, auth tokens) (*Cluster, error) {
 		}
 		m := &Member{Name: fmt.Sprintf("m%d", i), dir: dir, certs: certs, auth: auth}
 		c.Members = append(c.Members, m)
-		if m.ClientURL.Host, err = FreeAddr(); err != nil {
+		if m.ClientURL.Host, err = kit.FreeAddr(); err != nil {
 			c.Close()
 			return nil, err
 		}
-		if m.PeerURL.Host, err = FreeAddr(); err != nil {
+		if m.PeerURL.Host, err = kit.FreeAddr(); err != nil {
 			c.Close()
 			return nil, err
 		}

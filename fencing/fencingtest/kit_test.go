@@ -3,6 +3,7 @@ package fencingtest_test
 import (
 	"context"
 	"errors"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"os"
 	"os/exec"
 	"strings"
@@ -24,14 +25,14 @@ func TestStallRenewals(t *testing.T) {
 	cli, link := c.ProxiedClient(t)
 	s := fencingtest.Session(t, cli, fencing.WithTTL(2*time.Second))
 	h := fencingtest.Lock(t, s, "stalled")
-	deletion := c.Deletion(t, h.Key())
+	deletion := etcdtest.Deletion(t, c, h.Key())
 	t.Cleanup(link.Restore) // before the session's Close, which revokes
 	link.StallRenewals()
 	ctx := fencingtest.Context(t, fencingtest.Wait)
 	if _, err := cli.Get(ctx, "anything"); err != nil {
 		t.Fatalf("a read while renewals stall: %v", err)
 	}
-	if _, err := fencingtest.StoppedBefore(h.Context().Done(), deletion); err != nil {
+	if _, err := etcdtest.StoppedBefore(h.Context().Done(), deletion); err != nil {
 		t.Fatal(err)
 	}
 	if cause := context.Cause(h.Context()); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {
@@ -65,7 +66,7 @@ func TestNameHelpers(t *testing.T) {
 	// on the channel once it leads.
 	campaign := func(value string) <-chan *election.Term {
 		s := fencingtest.Session(t, c.Client(t))
-		e := fencingtest.Election(t, s, "helpers")
+		e := etcdtest.Election(t, s, "helpers")
 		terms := make(chan *election.Term, 1)
 		fencingtest.Go(t, func(ctx context.Context) error {
 			term, err := e.Campaign(ctx, value)

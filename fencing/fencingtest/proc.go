@@ -3,6 +3,7 @@ package fencingtest
 import (
 	"bufio"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"io"
 	"os"
 	"os/exec"
@@ -82,7 +83,7 @@ func HelperCommand(t TB, name string, args ...string) *exec.Cmd {
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), helperEnv+"="+name)
-	SetDeathSignal(cmd)
+	kit.SetDeathSignal(cmd)
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package fencingtest
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"net/url"
 	"strings"
 	"time"
@@ -92,7 +93,7 @@ func newProxy(t TB, to url.URL) proxy.Server {
 }
 
 func listenProxy(to url.URL) (proxy.Server, error) {
-	host, err := FreeAddr()
+	host, err := kit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}

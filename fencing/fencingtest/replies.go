@@ -2,10 +2,8 @@ package fencingtest
 
 import (
 	"context"
-	"strings"
 	"sync"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -101,27 +99,4 @@ func (r *Replies) intercept(ctx context.Context, method string, req, reply any, 
 		return rpctypes.ErrGRPCTimeout
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
-// PutsUnder reports whether req is a txn that puts a key under prefix: the
-// enqueue of a lock or election, a Proclaim, a guarded put.
-func PutsUnder(req any, prefix string) bool {
-	txn, ok := req.(*pb.TxnRequest)
-	if !ok {
-		return false
-	}
-	for _, ops := range [][]*pb.RequestOp{txn.Success, txn.Failure} {
-		for _, op := range ops {
-			if p := op.GetRequestPut(); p != nil && strings.HasPrefix(string(p.Key), prefix) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// DeletesUnder reports whether req is a delete of a key under prefix.
-func DeletesUnder(req any, prefix string) bool {
-	d, ok := req.(*pb.DeleteRangeRequest)
-	return ok && strings.HasPrefix(string(d.Key), prefix)
 }

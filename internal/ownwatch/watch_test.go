@@ -249,7 +249,7 @@ func testCompactedWatchIsRearmed(t *testing.T, mux bool) {
 	o := own(t, cli, new(ownwatch.Registry), "compacted", mux)
 	ctx, cancel := ownwatch.Watch(context.Background(), o.Owner)
 	defer cancel()
-	c.CompactWhileDown(t, 0, func() {})
+	etcdtest.CompactWhileDown(t, c, 0, func() {})
 	if _, err := cli.Get(fencingtest.Context(t, wait), o.Key); err != nil { // member 0 serves again
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestLostRepliesKeepOneSweeper(t *testing.T) {
 	prefix := fencing.DefaultRoot + "far/" // every kind of every name under it
 	var n atomic.Int64
 	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
-		if fencingtest.PutsUnder(req, prefix) && n.Add(1)%2 == 1 {
+		if etcdtest.PutsUnder(req, prefix) && n.Add(1)%2 == 1 {
 			return fencingtest.LoseReply // the first attempt of every enqueue
 		}
 		return fencingtest.Pass
@@ -130,7 +130,7 @@ func TestSweepsStayInsideGrants(t *testing.T) {
 	c := fencingtest.Single(t)
 	c.EnableAuth(t)
 	grants := []string{fencing.DefaultRoot + "teamA/", fencing.DefaultRoot + "teamB/"}
-	c.AddUser(t, "teams", grants...)
+	etcdtest.AddUser(t, c, "teams", grants...)
 	f := &firstLost{prefix: fencing.DefaultRoot + "team"}
 	s := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("teams", "teams"), f.Option()), fencing.WithTTL(60*time.Second))
 	for i := range revqueue.MaxSweeps {
@@ -160,7 +160,7 @@ type firstLost struct {
 
 func (f *firstLost) Option() fencingtest.ClientOption {
 	f.Decide = func(_ string, req any) fencingtest.Fault {
-		if p := f.late.Load(); p != nil && fencingtest.PutsUnder(req, *p) {
+		if p := f.late.Load(); p != nil && etcdtest.PutsUnder(req, *p) {
 			if f.held.CompareAndSwap(false, true) {
 				return fencingtest.Late
 			}

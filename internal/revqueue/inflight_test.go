@@ -162,7 +162,7 @@ func TestCleanupWaitsForAPlaceWithoutRetiring(t *testing.T) {
 		writes <- err
 	}
 	hold := etcdtest.Unary(func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if fencingtest.PutsUnder(req, "held/") {
+		if etcdtest.PutsUnder(req, "held/") {
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -170,7 +170,7 @@ func TestCleanupWaitsForAPlaceWithoutRetiring(t *testing.T) {
 			}
 		}
 		err := invoker(ctx, m, req, reply, cc, opts...)
-		if fencingtest.PutsUnder(req, queue) && armed.CompareAndSwap(true, false) {
+		if etcdtest.PutsUnder(req, queue) && armed.CompareAndSwap(true, false) {
 			go write("held/2") // takes the enqueue's place once it returns
 			fencingtest.Within(fencingtest.Wait, func() bool { return etcdtest.Waiting() == 1 })
 			cancelLock()

@@ -78,10 +78,10 @@ func TestSweeperReadsSharedRangeInPages(t *testing.T) {
 		t.Fatal("the sweeper did not arm")
 	}
 	fencingtest.WaitFor(t, fencingtest.Wait, "the ghosts to go", func() bool {
-		return !c.Exists(t, ghosts[0]) && !c.Exists(t, ghosts[1])
+		return !etcdtest.Exists(t, c, ghosts[0]) && !etcdtest.Exists(t, c, ghosts[1])
 	})
 	for _, k := range kept {
-		if !c.Exists(t, k) {
+		if !etcdtest.Exists(t, c, k) {
 			t.Errorf("%s was deleted", k)
 		}
 	}

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func BenchmarkDroppedDeletesHandoff(b *testing.B) {
 		prefix := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), name)
 		var dropped atomic.Int32
 		r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
-			if fencingtest.DeletesUnder(req, prefix) && dropped.Add(1) <= 2 {
+			if etcdtest.DeletesUnder(req, prefix) && dropped.Add(1) <= 2 {
 				return fencingtest.Hang
 			}
 			return fencingtest.Pass

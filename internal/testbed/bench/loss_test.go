@@ -3,12 +3,12 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -85,10 +85,10 @@ func BenchmarkPartitionMargin(b *testing.B) {
 			for i := range b.N {
 				cli, link := c.ProxiedClient(b)
 				done, key := partitionHolder(b, impl, cli, fmt.Sprintf("margin-%s-%d", impl, i))
-				deleted := c.Deletion(b, key)
+				deleted := etcdtest.Deletion(b, c, key)
 				wg.Go(func() {
 					link.Blackhole()
-					stoppedAt := fencingtest.When(done)
+					stoppedAt := etcdtest.When(done)
 					deletedAt := <-deleted
 					select {
 					case at := <-stoppedAt:

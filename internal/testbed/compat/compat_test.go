@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -287,7 +288,7 @@ func testElection(t *testing.T, srv *server) {
 		for range obs { // the channel closes promptly once octx is done
 		}
 	}()
-	if o := fencingtest.Next(t, obs); o.Err != nil || o.Leader != nil {
+	if o := etcdtest.Next(t, obs); o.Err != nil || o.Leader != nil {
 		t.Fatalf("first observation: %+v; want nobody leading", o)
 	}
 
@@ -459,11 +460,11 @@ func startServer(t *testing.T, bin string, secure bool) *server {
 
 func tryStart(t *testing.T, bin string, certs *fencingtest.Certs) (*server, error) {
 	t.Helper()
-	clientAddr, err := fencingtest.FreeAddr()
+	clientAddr, err := kit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	peerAddr, err := fencingtest.FreeAddr()
+	peerAddr, err := kit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -500,7 +501,7 @@ func tryStart(t *testing.T, bin string, certs *fencingtest.Certs) (*server, erro
 	var output etcdtest.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &output, &output
-	fencingtest.SetDeathSignal(cmd)
+	kit.SetDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -588,7 +589,7 @@ func (s *server) clientAs(t *testing.T, user, password string) *clientv3.Client 
 var (
 	session     = fencingtest.Session
 	mutex       = fencingtest.Mutex
-	newElection = fencingtest.Election
+	newElection = etcdtest.Election
 )
 
 // subtree is the key range of every name under namePrefix.
@@ -667,7 +668,7 @@ func dataKey(t *testing.T, cli *clientv3.Client, name string) string {
 func observe(t *testing.T, ctx context.Context, obs <-chan election.Observation, what string, want func(*election.Leader) bool) {
 	t.Helper()
 	for {
-		o := fencingtest.Next(t, obs)
+		o := etcdtest.Next(t, obs)
 		if o.Err != nil {
 			t.Fatalf("waiting for %s, Observe sent an error: %v", what, o.Err)
 		}

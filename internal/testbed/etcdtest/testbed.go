@@ -49,7 +49,7 @@ func BlackholeTrialsOf(t *testing.T, c *fencingtest.Cluster, n int, ttl time.Dur
 		s := fencingtest.Session(t, cli, fencing.WithTTL(ttl))
 		t.Cleanup(link.Restore) // before the session's Close, which revokes
 		h := hold(t, s, fmt.Sprintf("%s/%d", name, i))
-		check := setup(s, h, link, c.Deletion(t, h.Key()))
+		check := setup(s, h, link, Deletion(t, c, h.Key()))
 		go func() { errs <- check() }()
 	}
 	for range n {
@@ -62,7 +62,7 @@ func BlackholeTrialsOf(t *testing.T, c *fencingtest.Cluster, n int, ttl time.Dur
 // StoppedBeforeDeletion checks that work, h's watched context, ended for
 // an unconfirmed lease before the deletion of h's key was seen.
 func StoppedBeforeDeletion(h *fencing.Hold, work context.Context, deletion <-chan time.Time) error {
-	if _, err := fencingtest.StoppedBefore(work.Done(), deletion); err != nil {
+	if _, err := StoppedBefore(work.Done(), deletion); err != nil {
 		return fmt.Errorf("%v: %w", h.Token(), err)
 	}
 	if cause := context.Cause(work); !errors.Is(cause, fencing.ErrLeaseUnconfirmed) {

@@ -23,8 +23,8 @@ import (
 func TestAuthLimitedToPrefixes(t *testing.T) {
 	c := fencingtest.Single(t)
 	c.EnableAuth(t)
-	c.AddUser(t, "svc", "leasehold/", "app/")
-	c.AddUser(t, "nobody")
+	etcdtest.AddUser(t, c, "svc", "leasehold/", "app/")
+	etcdtest.AddUser(t, c, "nobody")
 	ctx := fencingtest.Context(t, time.Minute)
 
 	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"))
@@ -101,7 +101,7 @@ func TestWatchedHoldAcrossRestartWithAuth(t *testing.T) {
 	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	c.EnableAuth(t)
-	c.AddUser(t, "svc", "leasehold/")
+	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	ctx := fencingtest.Context(t, time.Minute)
 	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"))
 	// A long TTL: no renewal, which would renew the client's token on the
@@ -127,7 +127,7 @@ func TestRenewalsDoNotAuthenticate(t *testing.T) {
 	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	c.EnableAuth(t)
-	c.AddUser(t, "svc", "leasehold/")
+	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	var auths, renewals atomic.Int32
 	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"), countCalls("Authenticate", &auths))
 	fencingtest.Session(t, svc, fencing.WithTTL(3*time.Second), fencing.WithObserver(fencing.Observer{
@@ -166,7 +166,7 @@ func TestRenewalsSurviveSlowAuthenticate(t *testing.T) {
 	etcdtest.Long(t)
 	c := fencingtest.Single(t)
 	c.EnableAuth(t)
-	c.AddUser(t, "svc", "leasehold/")
+	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	// TTL 6 s: a renewal every 2 s; the first, 2 s after the grant, has
 	// until ValidUntil (5.4 s after it) to open its stream.
 	const ttl, authDelay = 6 * time.Second, 2200 * time.Millisecond
@@ -223,7 +223,7 @@ func TestAuthTokenExpiryMidWait(t *testing.T) {
 
 func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration) {
 	c.EnableAuth(t)
-	c.AddUser(t, "svc", "leasehold/")
+	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	ctx := fencingtest.Context(t, time.Minute)
 	var ctr etcdtest.Counter
 	s1 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc"), etcdtest.WithCounter(&ctr)), fencing.WithTTL(3*time.Second))
@@ -242,7 +242,7 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 		waiter <- err
 	}()
 	fencingtest.WaitFor(t, fencingtest.Wait, "s2 to queue", func() bool { return len(c.Queue(t, fencing.KindLock, "jobs/billing").Entries) == 2 })
-	e2 := fencingtest.Election(t, s2, "api")
+	e2 := etcdtest.Election(t, s2, "api")
 	obs := e2.Observe(ctx)
 	if o := <-obs; o.Err != nil || o.Leader != nil {
 		t.Fatalf("first observation: %+v", o)
@@ -318,7 +318,7 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 	// first observer keeps open with the expired token, and be refused for
 	// as long as that one lives (found in an audit: it reported the error
 	// every two seconds and never a state).
-	o2 := fencingtest.Election(t, s2, "api")
+	o2 := etcdtest.Election(t, s2, "api")
 	select {
 	case o := <-o2.Observe(ctx):
 		if o.Err != nil {
@@ -327,7 +327,7 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 	case <-time.After(fencingtest.Wait):
 		t.Fatal("the observer made after expiry reported nothing")
 	}
-	e1 := fencingtest.Election(t, s1, "api")
+	e1 := etcdtest.Election(t, s1, "api")
 	if _, err := e1.Campaign(ctx, "s1"); err != nil {
 		t.Fatalf("Campaign after expiry: %v", err)
 	}
@@ -351,7 +351,7 @@ func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration)
 // never acquired.
 func TestWatchStreamFromBeforeAuth(t *testing.T) {
 	c := fencingtest.Single(t)
-	c.AddUser(t, "svc", "leasehold/")
+	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	ctx := fencingtest.Context(t, time.Minute)
 	s1 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc")))
 	h0 := fencingtest.Lock(t, s1, "jobs/zero")

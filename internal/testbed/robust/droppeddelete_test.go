@@ -24,7 +24,7 @@ func TestHandoffAcrossTwoDroppedDeletes(t *testing.T) {
 	prefix := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), name)
 	var dropped atomic.Int32
 	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
-		if fencingtest.DeletesUnder(req, prefix) && dropped.Add(1) <= 2 {
+		if etcdtest.DeletesUnder(req, prefix) && dropped.Add(1) <= 2 {
 			return fencingtest.Hang
 		}
 		return fencingtest.Pass

@@ -31,7 +31,7 @@ func TestGrantOfSubtree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.AddUser(t, "teamA", grant, "data/teamA/")
+			etcdtest.AddUser(t, c, "teamA", grant, "data/teamA/")
 			cli := c.Client(t, fencingtest.WithAuth("teamA", "teamA"))
 			opts := []fencing.SessionOption{fencing.WithRoot(root)}
 			for _, name := range []string{"teamA/x", "teamA/y/z", "teamA/"} {

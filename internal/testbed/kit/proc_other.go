@@ -1,6 +1,6 @@
 //go:build !linux
 
-package fencingtest
+package kit
 
 import "os/exec"
 

@@ -1,4 +1,4 @@
-package fencingtest
+package kit
 
 import (
 	"os/exec"
