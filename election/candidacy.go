@@ -63,7 +63,7 @@ type candidacy struct {
 // readRecords), and the usual case is a replica the others give way to.
 func join(s *fencing.Session, name string, levels []int64, drain *Drain, log *slog.Logger) *candidacy {
 	l := sessionlink.Of(s)
-	prefix := keyspace.Prefix(l.Root, string(fencing.KindCandidate), name)
+	prefix := keyspace.Prefix(l.Root, keyspace.KindCandidate, name)
 	c := &candidacy{link: l, prefix: prefix, drain: drain, log: log, changed: make(chan struct{}), done: make(chan struct{}), first: make(chan struct{}),
 		self: rank.Record{Key: prefix + l.KeyStem + "0", ID: l.Identity, Priority: levels}}
 	var draining <-chan struct{}

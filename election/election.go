@@ -59,7 +59,7 @@ func New(s *fencing.Session, name string) (*Election, error) {
 		return nil, fmt.Errorf("election: New: %w: session not made by fencing.NewSession", fencing.ErrInvalidArgument)
 	}
 	return &Election{s: s, name: name, q: revqueue.Queue{Client: s.Client(), Prefix: keyspace.Prefix(l.Root, "election", name), Latency: l.Latency, Watches: l.Watches},
-		cands: keyspace.Prefix(l.Root, string(fencing.KindCandidate), name), keys: keyspace.Prefix(l.Root, "", name)}, nil
+		cands: keyspace.Prefix(l.Root, keyspace.KindCandidate, name), keys: keyspace.Prefix(l.Root, "", name)}, nil
 }
 
 // Name returns the election's name.

@@ -162,7 +162,7 @@ func (g *grouper) round(ctx context.Context, s *fencing.Session) error {
 	unlink := context.AfterFunc(s.Context(), func() { stop(context.Cause(s.Context())) })
 	defer unlink()
 	r := &round{g: g, s: s, link: l, ctx: rctx, stop: stop,
-		prefix:  keyspace.Prefix(l.Root, string(fencing.KindGroup), g.group),
+		prefix:  keyspace.Prefix(l.Root, keyspace.KindGroup, g.group),
 		members: map[string]assign.Member{}, running: map[string]*nameLoop{}, declined: g.declined,
 		events: make(chan event), expiry: time.NewTimer(time.Hour)}
 	defer r.expiry.Stop()

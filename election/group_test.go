@@ -477,7 +477,7 @@ func TestGroupSlowHandoffKeepsOtherNames(t *testing.T) {
 
 // member reads the membership value of the replica with identity id.
 func member(t *testing.T, c *fencingtest.Cluster, group, id string) (assign.Member, bool) {
-	resp, err := c.Admin.Get(t.Context(), keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindGroup), group), clientv3.WithPrefix())
+	resp, err := c.Admin.Get(t.Context(), keyspace.Prefix(fencing.DefaultRoot, keyspace.KindGroup, group), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +533,7 @@ func TestGroupNeverCampaignsForDeclinedName(t *testing.T) {
 			kind, name, _ := keyspace.ParseKey(fencing.DefaultRoot, string(ev.Kv.Key))
 			switch {
 			case ev.Type != clientv3.EventTypePut:
-			case kind == string(fencing.KindGroup):
+			case kind == keyspace.KindGroup:
 				if m, err := assign.Decode(string(ev.Kv.Key), ev.Kv.Value); err == nil && m.ID == "a" {
 					for _, n := range m.Declined {
 						declined[n] = true
@@ -631,7 +631,7 @@ func TestGroupFlapsWhileWorkIgnoresCtxStayBounded(t *testing.T) {
 	})
 	first("the work did not start")
 	// A member that ranks above the replica takes the name while it exists.
-	key := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindGroup), group) + "other"
+	key := keyspace.Prefix(fencing.DefaultRoot, keyspace.KindGroup, group) + "other"
 	val := assign.Encode(assign.Member{Key: key, ID: "other", Names: []string{name}, Priority: []int64{1}})
 	const flaps = 40
 	for i := range flaps {

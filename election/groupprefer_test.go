@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
@@ -66,7 +67,7 @@ func TestGroupRejectsBadWeight(t *testing.T) {
 	if q := c.Queue(t, fencing.KindElection, "n"); len(q.Entries) > 0 {
 		t.Fatalf("keys written: %+v", q)
 	}
-	members, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindGroup, "g")
+	members, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.Kind(keyspace.KindGroup), "g")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ const raceRounds = 60
 // key. The stop races the leader's own view of the record: repeated.
 func TestPriorityLeaderStoppedAsPreferredRecordAppears(t *testing.T) {
 	c := fencingtest.Single(t)
-	records := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindCandidate), fleetName)
+	records := keyspace.Prefix(fencing.DefaultRoot, keyspace.KindCandidate, fleetName)
 	queue := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindElection), fleetName)
 	for i := range raceRounds {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {

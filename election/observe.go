@@ -114,34 +114,14 @@ func (e *Election) observe(ctx context.Context, ch chan<- Observation) {
 func (o *observer) follow() error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(o.ctx))
 	defer cancel()
-	// clientv3's Watch blocks until the server creates the watch: the
-	// timeout has to cancel the watch's own context to bound it.
-	var timedOut atomic.Bool
-	arm := time.AfterFunc(observeArmTimeout, func() { timedOut.Store(true); cancel() })
-	// One watch on every kind of the name: the queue and the candidates.
-	wctx = watchstream.Context(wctx, o.e.s.Client())
-	wch := o.e.s.Client().Watch(wctx, o.e.keys, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	resp, ok := <-wch
-	arm.Stop()
-	watchstream.Ended(wctx, o.e.s.Client(), resp)
-	switch {
-	case timedOut.Load():
-		return fmt.Errorf("election: observe %q: watch not established within %v", o.e.name, observeArmTimeout)
-	case ok && resp.Err() != nil && watchstream.TokenRefusal(resp.Err().Error()) && !o.refused:
-		// No news either, once: the next watch goes on a new stream, with a
-		// new token. Refused again, the token will not do (a static one,
-		// none while auth is on), and the reader hears of it.
-		o.refused = true
-		return fmt.Errorf("%w: %v", errWatchBroken, resp.Err())
-	case !ok || resp.Err() != nil:
-		return watchErr(resp, ok)
-	}
-	o.refused = false
-	cur, rs, rev, err := o.read()
+	wch, err := o.arm(wctx, cancel)
 	if err != nil {
 		return err
 	}
-	o.report(cur, rs)
+	var v view
+	if err := o.reread(&v); err != nil {
+		return err
+	}
 	// A partitioned watch is silent, not broken. After observeQuiet without
 	// a word on it, read the leader again (bounded): a read that fails is
 	// reported, one that works is the current state. A read, not a progress
@@ -167,10 +147,9 @@ func (o *observer) follow() error {
 			return nil
 		case resp, ok = <-wch:
 		case <-quiet.C:
-			if cur, rs, rev, err = o.read(); err != nil {
+			if err := o.reread(&v); err != nil {
 				return err
 			}
-			o.report(cur, rs)
 			quiet.Reset(observeQuiet)
 			continue
 		}
@@ -181,31 +160,80 @@ func (o *observer) follow() error {
 		if resp.Err() != nil || resp.Canceled {
 			return watchErr(resp, true)
 		}
-		reread := false
-		for _, ev := range resp.Events {
-			key := string(ev.Kv.Key)
-			switch {
-			case ev.Kv.ModRevision <= rev: // already in the read
-			case strings.HasPrefix(key, o.e.cands):
-				rs = candidateEvent(rs, ev)
-			case !strings.HasPrefix(key, o.e.q.Prefix): // another kind of the name
-			case cur == nil && ev.Type == clientv3.EventTypePut:
-				reread = true // somebody joined an empty queue
-			case cur != nil && key == cur.Key && ev.Type == clientv3.EventTypeDelete:
-				reread = true // the leader left: its successor is the oldest left
-			case cur != nil && key == cur.Key:
-				next := *cur // the leader proclaimed
-				next.Value = string(ev.Kv.Value)
-				cur = &next
-			}
+		if !o.apply(&v, resp.Events) {
+			o.report(v.cur, v.rs)
+		} else if err := o.reread(&v); err != nil {
+			return err
 		}
-		if reread {
-			if cur, rs, rev, err = o.read(); err != nil {
-				return err
-			}
-		}
-		o.report(cur, rs)
 	}
+}
+
+// reread reads v afresh and reports it.
+func (o *observer) reread(v *view) (err error) {
+	if v.cur, v.rs, v.rev, err = o.read(); err == nil {
+		o.report(v.cur, v.rs)
+	}
+	return err
+}
+
+// view is what an observer knows: the leader and the candidates' records,
+// as read at rev and followed since.
+type view struct {
+	cur *Leader
+	rs  map[string]rank.Record
+	rev int64
+}
+
+// arm starts the watch on every kind of the name (the queue and the
+// candidates) and waits, at most observeArmTimeout, until the server has
+// created it. cancel ends wctx.
+func (o *observer) arm(wctx context.Context, cancel context.CancelFunc) (clientv3.WatchChan, error) {
+	// clientv3's Watch blocks until the server creates the watch: the
+	// timeout has to cancel the watch's own context to bound it.
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(observeArmTimeout, func() { timedOut.Store(true); cancel() })
+	wctx = watchstream.Context(wctx, o.e.s.Client())
+	wch := o.e.s.Client().Watch(wctx, o.e.keys, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	resp, ok := <-wch
+	timer.Stop()
+	watchstream.Ended(wctx, o.e.s.Client(), resp)
+	switch {
+	case timedOut.Load():
+		return nil, fmt.Errorf("election: observe %q: watch not established within %v", o.e.name, observeArmTimeout)
+	case ok && resp.Err() != nil && watchstream.TokenRefusal(resp.Err().Error()) && !o.refused:
+		// No news either, once: the next watch goes on a new stream, with a
+		// new token. Refused again, the token will not do (a static one,
+		// none while auth is on), and the reader hears of it.
+		o.refused = true
+		return nil, fmt.Errorf("%w: %v", errWatchBroken, resp.Err())
+	case !ok || resp.Err() != nil:
+		return nil, watchErr(resp, ok)
+	}
+	o.refused = false
+	return wch, nil
+}
+
+// apply folds a watch's events into v; true when the leader must be read
+// again.
+func (o *observer) apply(v *view, events []*clientv3.Event) (reread bool) {
+	for _, ev := range events {
+		key := string(ev.Kv.Key)
+		switch {
+		case ev.Kv.ModRevision <= v.rev: // already in the read
+		case strings.HasPrefix(key, o.e.cands):
+			v.rs = candidateEvent(v.rs, ev)
+		case !strings.HasPrefix(key, o.e.q.Prefix): // another kind of the name
+		case v.cur == nil && ev.Type == clientv3.EventTypePut:
+			reread = true // somebody joined an empty queue
+		case v.cur != nil && key == v.cur.Key && ev.Type == clientv3.EventTypeDelete:
+			reread = true // the leader left: its successor is the oldest left
+		case v.cur != nil && key == v.cur.Key:
+			next := *v.cur // the leader proclaimed
+			next.Value = string(ev.Kv.Value)
+			v.cur = &next
+		}
+	}
+	return reread
 }
 
 // read reads the leader and the candidates' records in one txn, bounded

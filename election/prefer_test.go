@@ -511,7 +511,7 @@ func TestRankedGaveWayResignFails(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
-	h := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindCandidate), fleetName))
+	h := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, keyspace.KindCandidate, fleetName))
 	f := newFleet(t, c)
 	f.start("low", c.Client(t, h.option(), intercept), election.Priority(1))
 	select {
@@ -682,7 +682,7 @@ func TestRankedLeaderFollowsSuccessorAcrossLostQuorum(t *testing.T) {
 func TestRankedLeaderSeesRecordWrittenBeforeItsWatch(t *testing.T) {
 	c := fencingtest.Single(t)
 	f := newFleet(t, c)
-	h := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindCandidate), fleetName))
+	h := newHeldWatch(keyspace.Prefix(fencing.DefaultRoot, keyspace.KindCandidate, fleetName))
 	f.start("low", c.Client(t, h.option()), election.Priority(1))
 	h.waitHeld(t)
 	f.waitLeader("low")

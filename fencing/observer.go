@@ -13,24 +13,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Kind says what an ownership is.
-type Kind string
-
-const (
-	KindLock      Kind = "lock"      // a Hold of a Mutex
-	KindSemaphore Kind = "semaphore" // a Hold of one of a Semaphore's permits
-	KindRWLock    Kind = "rwlock"    // a Hold of an RWMutex, read or write
-	KindElection  Kind = "election"  // a term of an election (package election)
-	// KindGroup names the membership keys of an election.RunGroup group,
-	// one per replica. They are no ownership: no event reports them.
-	KindGroup Kind = "group"
-	// KindCandidate names the records of election.Run replicas that rank
-	// themselves (election.Priority, election.WithDrain), one per replica
-	// and name, next to the election's queue. They are no ownership: no
-	// event reports them.
-	KindCandidate Kind = "candidate"
-)
-
 // Observer receives the events of a session and of every ownership made on
 // it, for metrics. Any field may be nil. Callbacks run on the goroutine that
 // made or noticed the event, so several may run at once; they must return

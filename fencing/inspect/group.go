@@ -117,7 +117,7 @@ const groupReads = 3
 // and no names. ReadGroup writes nothing. A bad argument returns
 // fencing.ErrInvalidArgument, a bad group name fencing.ErrInvalidName.
 func ReadGroup(ctx context.Context, cli *clientv3.Client, root, group string) (Group, error) {
-	err := usable(ctx, cli, root, fencing.KindGroup, fencing.KindGroup)
+	err := usable(ctx, cli, root, fencing.Kind(keyspace.KindGroup), fencing.Kind(keyspace.KindGroup))
 	if err == nil {
 		err = keyspace.ValidateName(group)
 	}
@@ -134,7 +134,7 @@ func ReadGroup(ctx context.Context, cli *clientv3.Client, root, group string) (G
 
 // readGroup is one attempt of ReadGroup.
 func readGroup(ctx context.Context, cli *clientv3.Client, root, group string) (Group, error) {
-	prefix := keyspace.Prefix(root, string(fencing.KindGroup), group)
+	prefix := keyspace.Prefix(root, keyspace.KindGroup, group)
 	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return Group{}, fmt.Errorf("inspect: ReadGroup %q: read %q: %w", group, prefix, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
@@ -88,7 +89,7 @@ func TestReadGroupFollowsBalance(t *testing.T) {
 			t.Errorf("name %s: leader %+v; want the key of %s's lease %x", n.Name, n.Leader, r.Identity, int64(r.Lease))
 		}
 	}
-	member, _ := inspect.KeyPrefix(root, fencing.KindGroup, "workers")
+	member, _ := inspect.KeyPrefix(root, fencing.Kind(keyspace.KindGroup), "workers")
 	if member != root+"workers#group/" || !strings.HasPrefix(g.Replicas[0].Key, member) {
 		t.Errorf("membership prefix %q, key %q", member, g.Replicas[0].Key)
 	}
@@ -118,7 +119,7 @@ func TestReadGroupReadsManyNames(t *testing.T) {
 func TestReadGroupSkipsForeignKeysAndRoundTrips(t *testing.T) {
 	c := fencingtest.Single(t)
 	names := jobNames(t, 3)
-	member, _ := inspect.KeyPrefix(root, fencing.KindGroup, "mixed")
+	member, _ := inspect.KeyPrefix(root, fencing.Kind(keyspace.KindGroup), "mixed")
 	if _, err := c.Admin.Put(fencingtest.Context(t, wait), member+"not-a-member", "not JSON"); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestReadGroupRejectsBadInput(t *testing.T) {
 	if _, err := inspect.ReadGroup(ctx, nil, root, "g"); !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Errorf("ReadGroup with a nil client: %v", err)
 	}
-	if _, err := inspect.Read(ctx, c.Admin, root, fencing.KindGroup, "g"); !errors.Is(err, fencing.ErrInvalidArgument) {
+	if _, err := inspect.Read(ctx, c.Admin, root, fencing.Kind(keyspace.KindGroup), "g"); !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Errorf("Read of a group: %v; want ErrInvalidArgument (a group is no queue)", err)
 	}
 	g, err := inspect.ReadGroup(ctx, c.Admin, root, "nobody")

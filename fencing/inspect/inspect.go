@@ -29,14 +29,14 @@ import (
 // called name under root, and of no other key: the lock (fencing.KindLock),
 // semaphore (KindSemaphore), read-write lock (KindRWLock) or election
 // (KindElection) of that name. Use it to watch or list one queue.
-// fencing.KindGroup gives the membership keys of the election.RunGroup
+// fencing.Kind(keyspace.KindGroup) gives the membership keys of the election.RunGroup
 // group called name. Kind "" gives the range of every key of the name:
 // every queue, a group's members, and any key an application keeps about
 // the name; grant it to give a service one name (etcdctl role
 // grant-permission --prefix ROLE readwrite PREFIX). A bad root or kind
 // returns fencing.ErrInvalidArgument, a bad name fencing.ErrInvalidName.
 func KeyPrefix(root string, kind fencing.Kind, name string) (string, error) {
-	if err := check(root, kind, "", fencing.KindLock, fencing.KindSemaphore, fencing.KindRWLock, fencing.KindElection, fencing.KindGroup); err != nil {
+	if err := check(root, kind, "", fencing.KindLock, fencing.KindSemaphore, fencing.KindRWLock, fencing.KindElection, fencing.Kind(keyspace.KindGroup)); err != nil {
 		return "", fmt.Errorf("inspect: KeyPrefix: %w", err)
 	}
 	if err := keyspace.ValidateName(name); err != nil {
@@ -335,7 +335,7 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 	for _, kv := range resp.Kvs {
 		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
 		switch {
-		case ok && kind == string(fencing.KindCandidate) && (only == "" || only == fencing.KindElection):
+		case ok && kind == keyspace.KindCandidate && (only == "" || only == fencing.KindElection):
 			if r, err := rank.Decode(string(kv.Key), kv.Value); err == nil {
 				q := queue(fencing.KindElection, name)
 				q.Candidates = append(q.Candidates, Candidate{Key: r.Key, ID: r.ID, Priority: r.Priority, Drain: r.Drain})

@@ -27,6 +27,16 @@ const Sep = "#"
 // MaxNameLen is the longest name, in bytes.
 const MaxNameLen = 512
 
+// Kinds of keys that are no ownership, beside fencing's kinds of queue.
+const (
+	// KindGroup names the membership keys of an election.RunGroup group,
+	// one per replica.
+	KindGroup = "group"
+	// KindCandidate names the records of election.Run replicas that rank
+	// themselves, one per replica and name, next to the election's queue.
+	KindCandidate = "candidate"
+)
+
 // Prefix is the key range of the queue of one name of one kind ("lock",
 // "election"), under root: "leasehold/jobs/billing#lock/". An empty kind
 // gives the range of every kind of the name: "leasehold/jobs/billing#".

@@ -1,5 +1,7 @@
 package ownwatch
 
+import "time"
+
 // Armed is closed once the watch is established on the server and the key
 // was seen alive at or after the watch's start revision, so that a deletion
 // from then on is seen within one watch round trip; or once the context is
@@ -27,4 +29,21 @@ func (m *Mux) Watches() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.ws)
+}
+
+// IdleStart returns the start of the idle watch of key, 0 if none.
+func (m *Mux) IdleStart(key string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if iw := m.idle[key]; iw != nil {
+		return iw.start
+	}
+	return 0
+}
+
+// KeepIdle makes idle watches wait d for reuse until the test ends.
+func KeepIdle(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := idleFor
+	idleFor = d
+	t.Cleanup(func() { idleFor = old })
 }

@@ -38,7 +38,26 @@ type Mux struct {
 	creating []int64
 	wake     chan struct{}      // one token: out has requests
 	reopen   context.CancelFunc // ends the open stream
+	// idle are watches on the open stream whose Watcher has ended, by key,
+	// kept for the next Watcher of the key (a waiter behind the same key,
+	// cycle after cycle): reused, a watch costs no create and no cancel.
+	idle map[string]*idleWatch
 }
+
+// idleWatch is a watch on the open stream that serves no Watcher.
+type idleWatch struct {
+	key   string
+	id    int64
+	start int64 // every event of its key after start comes on it, in order
+	timer *time.Timer
+}
+
+// idleFor is how long a watch waits for reuse before it is cancelled: long
+// enough for the next cycle of a lock handed over in a loop.
+var idleFor = time.Second
+
+// maxIdle bounds the idle watches of a session.
+const maxIdle = 64
 
 // NewMux returns the watch multiplexer of the session whose life is life,
 // running its goroutines with run (see Owner.Go); nil if cli's KV or Watcher
@@ -48,7 +67,7 @@ func NewMux(cli *clientv3.Client, life context.Context, run func(f func()) bool)
 	if reflect.TypeOf(cli.Watcher) != plainWatcher || reflect.TypeOf(cli.KV) != plainKV {
 		return nil
 	}
-	m := &Mux{cli: cli, life: life, run: run, ws: map[int64]*Watcher{}, wake: make(chan struct{}, 1)}
+	m := &Mux{cli: cli, life: life, run: run, ws: map[int64]*Watcher{}, idle: map[string]*idleWatch{}, wake: make(chan struct{}, 1)}
 	context.AfterFunc(life, m.endAll) // at once, even while the stream waits on the network
 	return m
 }
@@ -70,26 +89,90 @@ func (m *Mux) add(w *Watcher) bool {
 	if m.life.Err() != nil {
 		return false // endAll may have run already: it would miss w
 	}
-	m.nextID++
-	w.id = m.nextID
-	m.ws[w.id] = w
-	m.send(create(w))
+	if iw := m.idle[w.o.Key]; iw != nil {
+		m.unidle(iw)
+		w.id, w.start = iw.id, iw.start
+		m.ws[w.id] = w
+		// Every event after start comes on the watch: past what the key was
+		// seen alive at, none was missed; before its life (an earlier
+		// life's), route skips them.
+		if iw.start <= max(w.o.Rev, w.o.Seen) {
+			w.markArmed()
+		} else {
+			m.run(w.check)
+		}
+	} else {
+		m.nextID++
+		w.id = m.nextID
+		m.ws[w.id] = w
+		m.send(m.create(w))
+	}
 	context.AfterFunc(w.ctx, func() { m.remove(w) })
 	return true
 }
 
-// remove stops serving w, whose context has ended.
+// remove stops serving w, whose context has ended. A watch the server has
+// created on the open stream is kept idle for the next watch of its key, if
+// none is; any other is cancelled.
 func (m *Mux) remove(w *Watcher) {
 	m.mu.Lock()
 	delete(m.ws, w.id)
-	m.send(cancel(w.id))
+	if m.live && w.start > 0 && m.idle[w.o.Key] == nil && len(m.idle) < maxIdle {
+		iw := &idleWatch{key: w.o.Key, id: w.id, start: w.start}
+		iw.timer = time.AfterFunc(idleFor, func() { m.expire(iw) })
+		m.idle[iw.key] = iw
+	} else {
+		m.send(cancel(w.id))
+	}
 	m.mu.Unlock()
 	w.finish()
+}
+
+// expire cancels iw unless it was reused or its stream ended.
+func (m *Mux) expire(iw *idleWatch) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.idle[iw.key] == iw {
+		m.unidle(iw)
+		m.send(cancel(iw.id))
+	}
+}
+
+// unidle takes iw out of the idle set. Called with mu held.
+func (m *Mux) unidle(iw *idleWatch) {
+	iw.timer.Stop()
+	delete(m.idle, iw.key)
+}
+
+// dropIdle forgets every idle watch: the stream they were on has ended.
+// Called with mu held.
+func (m *Mux) dropIdle() {
+	for _, iw := range m.idle {
+		m.unidle(iw)
+	}
+}
+
+// idleByID returns the idle watch with ID id, or nil. Called with mu held.
+func (m *Mux) idleByID(id int64) *idleWatch {
+	for _, iw := range m.idle {
+		if iw.id == id {
+			return iw
+		}
+	}
+	return nil
+}
+
+// create returns the request that creates w's watch, which starts anew.
+// Called with mu held.
+func (m *Mux) create(w *Watcher) *pb.WatchRequest {
+	w.start = 0
+	return create(w)
 }
 
 // endAll ends every watch with the session's cause.
 func (m *Mux) endAll() {
 	m.mu.Lock()
+	m.dropIdle()
 	ws := make([]*Watcher, 0, len(m.ws))
 	for _, w := range m.ws {
 		ws = append(ws, w)
@@ -159,7 +242,7 @@ func (m *Mux) stream() (created bool) {
 	m.gen++
 	m.live, m.reopen, m.out, m.creating = true, cancel, m.out[:0], nil
 	for _, w := range m.ws {
-		m.send(create(w))
+		m.send(m.create(w))
 	}
 	m.mu.Unlock()
 	sent := make(chan struct{})
@@ -171,6 +254,7 @@ func (m *Mux) stream() (created bool) {
 		<-sent
 		m.mu.Lock()
 		m.live, m.reopen, m.out, m.creating = false, nil, nil, nil
+		m.dropIdle()
 		m.mu.Unlock()
 	}()
 	for {
@@ -225,6 +309,7 @@ func (m *Mux) route(resp *pb.WatchResponse) (created bool) {
 	if w != nil && created {
 		w.retryIn = 0
 	}
+	m.advance(w, id, resp)
 	gen := m.gen
 	m.mu.Unlock()
 	switch {
@@ -254,6 +339,32 @@ func (m *Mux) route(resp *pb.WatchResponse) (created bool) {
 		}
 	}
 	return created
+}
+
+// advance moves the start of the watch id (w's, or an idle one) past what
+// resp carries, and forgets an idle watch the server cancelled. Called with
+// mu held.
+func (m *Mux) advance(w *Watcher, id int64, resp *pb.WatchResponse) {
+	var start *int64
+	if w != nil {
+		start = &w.start
+	} else if iw := m.idleByID(id); iw == nil {
+		return
+	} else if resp.Canceled {
+		m.unidle(iw)
+		return
+	} else {
+		start = &iw.start
+	}
+	switch {
+	case resp.Canceled:
+		*start = 0
+	case resp.Created:
+		*start = resp.Header.Revision
+	}
+	for _, ev := range resp.Events {
+		*start = max(*start, ev.Kv.ModRevision)
+	}
 }
 
 // retry creates w again after the server cancelled it or refused to create
@@ -287,6 +398,6 @@ func (m *Mux) retry(w *Watcher, gen int, reason string) {
 		m.nextID++
 		w.id = m.nextID
 		m.ws[w.id] = w
-		m.send(create(w))
+		m.send(m.create(w))
 	})
 }

@@ -112,6 +112,9 @@ type Watcher struct {
 	unregister func()
 	armOnce    sync.Once
 	retryIn    time.Duration // the pause before the next retry; 0 after a create (under the Mux's mu)
+	// start, once the server created the watch, is a revision after which
+	// every event of the key comes on it, in order (under the Mux's mu).
+	start int64
 }
 
 // Start returns at once a watch whose context is cancelled with a cause once

@@ -373,3 +373,52 @@ func TestMuxServesManyWatches(t *testing.T) {
 	}
 	w.Stop(context.Canceled)
 }
+
+// A watch of a key whose last Watcher ended is kept a moment and serves the
+// next Watcher of the key: no create, no cancel (a waiter behind the same
+// key, cycle after cycle, as in a lock handed over in a loop). It sees what
+// happens after it is reused, and one whose key changed while it was idle,
+// past what the new Watcher has seen, arms with a read.
+func TestMuxReusesAnIdleWatch(t *testing.T) {
+	ownwatch.KeepIdle(t, time.Hour) // however slow the machine, no watch expires
+	c := fencingtest.Single(t)
+	var ctr etcdtest.Counter
+	o := own(t, c.Client(t, etcdtest.WithCounter(&ctr)), new(ownwatch.Registry), "reuse", true)
+	first := ownwatch.Start(context.Background(), o.Owner)
+	<-first.Armed()
+	first.Stop(context.Canceled)
+	watches, ranges := ctr.Requests("Watch"), ctr.Requests("Range")
+	again := ownwatch.Start(context.Background(), o.Owner)
+	<-again.Armed()
+	if n, r := ctr.Requests("Watch")-watches, ctr.Requests("Range")-ranges; n != 0 || r != 0 {
+		t.Fatalf("the next watch of the key sent %d watch requests and %d reads; want none: the idle watch serves it", n, r)
+	}
+	c.Delete(t, o.Key)
+	if cause := fencingtest.Ended(t, again.Context(), wait, "deleted"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+		t.Fatalf("cause %v, want ErrKeyDeleted", cause)
+	}
+	again.Stop(context.Canceled)
+
+	// The key's next life, deleted while the watch is idle: a Watcher that
+	// saw it alive before that arms with a read, and ends.
+	p, err := c.Admin.Put(fencingtest.Context(t, wait), o.Key, "v", clientv3.WithLease(o.LeaseID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := o.Owner
+	next.Rev, next.Seen = p.Header.Revision, p.Header.Revision
+	probe := ownwatch.Start(context.Background(), next)
+	<-probe.Armed()
+	probe.Stop(context.Canceled) // idle again, from the key's new life
+	watches, ranges = ctr.Requests("Watch"), ctr.Requests("Range")
+	c.Delete(t, o.Key)
+	fencingtest.WaitFor(t, wait, "the idle watch to carry the delete", func() bool { return o.Mux.IdleStart(o.Key) > next.Seen })
+	late := ownwatch.Start(context.Background(), next)
+	if cause := fencingtest.Ended(t, late.Context(), wait, "deleted while idle"); !errors.Is(cause, ownwatch.ErrKeyDeleted) {
+		t.Fatalf("cause %v, want ErrKeyDeleted", cause)
+	}
+	if n, r := ctr.Requests("Watch")-watches, ctr.Requests("Range")-ranges; n != 0 || r != 1 {
+		t.Errorf("%d watch requests, %d reads; want none, and the read that arms the watch", n, r)
+	}
+	late.Stop(context.Canceled)
+}

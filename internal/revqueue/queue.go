@@ -426,3 +426,66 @@ func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 	}
 	return kvs[0]
 }
+
+// waitEnds returns once the lives in e.ahead ended after e.readRev (sure):
+// any one of them when any is set, else all of them; or once a watch
+// failure leaves the question open. One watch of the keys under Prefix+dir,
+// deletes only: ends are counted here, with no request until the last.
+func (q Queue) waitEnds(ctx context.Context, e *Entry, dir string, any bool) (sure bool, err error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	left := make(map[string]bool, len(e.ahead))
+	for _, t := range e.ahead {
+		left[t.key] = true
+	}
+	ended := func() bool { return len(left) < len(e.ahead) && (any || len(left) == 0) }
+	wctx = watchstream.Context(wctx, q.Client)
+	wch := q.Client.Watch(wctx, q.Prefix+dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	for resp := range wch {
+		if resp.Canceled || resp.Err() != nil {
+			watchstream.Ended(wctx, q.Client, resp)
+			break
+		}
+		if resp.Created {
+			if resp.Header.Revision <= e.readRev {
+				continue
+			}
+			// The gap since the read: nothing can join ahead of e, so a
+			// life ahead is over iff it is not among the keys ahead now.
+			var g *clientv3.GetResponse
+			err := retry.Attempt(ctx, ctx, q.Latency, 0, func(ctx context.Context) (err error) {
+				g, err = q.Client.Get(ctx, q.Prefix+dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev-1))
+				return err
+			})
+			if err != nil {
+				return false, err
+			}
+			live := lives(g.Kvs)
+			for _, t := range e.ahead {
+				if !live[t] {
+					delete(left, t.key)
+				}
+			}
+		}
+		for _, ev := range resp.Events {
+			// A watch made on a member that lags may first deliver the
+			// delete of an earlier life of a key, before readRev.
+			if ev.Kv.ModRevision > e.readRev {
+				delete(left, string(ev.Kv.Key))
+			}
+		}
+		if ended() {
+			return true, nil
+		}
+	}
+	return false, ctx.Err()
+}
+
+// lives is the set of the lives of kvs.
+func lives(kvs []*mvccpb.KeyValue) map[target]bool {
+	live := make(map[target]bool, len(kvs))
+	for _, kv := range kvs {
+		live[target{string(kv.Key), kv.CreateRevision}] = true
+	}
+	return live
+}

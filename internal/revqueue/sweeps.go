@@ -4,12 +4,18 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/leasehold/leasehold/internal/retry"
+	"github.com/leasehold/leasehold/internal/watchstream"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // MaxSweeps bounds the key ranges a session sweeps for keys written by
-// requests whose replies were lost (revqueue's sweep), each with one watch
+// requests whose replies were lost (see sweep), each with one watch
 // and one goroutine. The first MaxSweeps queues with a retired slot get a
 // range each: the session's own keys in that queue. After that, the two
 // ranges (a new queue's among them) that share the longest prefix become
@@ -112,4 +118,132 @@ func common(a, b string) int {
 		n++
 	}
 	return n
+}
+
+// sweep runs a sweeper of the keys under prefix until the session ends or
+// the returned stop is called (Sweeps: at most MaxSweeps of
+// them, however many queues lost replies), and calls armed once its watch
+// is armed and its first read done. An enqueue whose reply was lost
+// may be applied after any delete of ours (etcd gives no bound), and the
+// session's lease would then keep a ghost key in the queue, ahead of every
+// later waiter, until the session ends. The sweeper watches the keys under
+// prefix, from before a read that finds any already there, and deletes each
+// life of a key of this session whose slot no live call of this session
+// held when it saw it (that life only: removeGhost): a retired slot is never
+// handed out again, so only a late request writes it. Once the session ends
+// its lease is gone, and a late enqueue on it fails.
+func sweep(s *Session, prefix string, armed func()) context.CancelFunc {
+	ctx, stop := context.WithCancel(s.Life)
+	s.Go(func() {
+		defer stop()
+		armed := sync.OnceFunc(armed)
+		for wait := retry.MinBackoff; ctx.Err() == nil; wait = min(2*wait, retry.MaxBackoff) {
+			if sweepOnce(ctx, s, prefix, armed) {
+				wait = retry.MinBackoff // the watch broke after working: no reason to wait long
+			}
+			retry.Pause(ctx, wait)
+		}
+	})
+	return stop
+}
+
+// sweepOnce watches the keys under prefix and deletes each ghost of the
+// session (see sweep): those there when the watch is armed, then each one
+// written, until the watch breaks or ctx ends. It reports whether the watch
+// was armed and every delete succeeded.
+func sweepOnce(ctx context.Context, s *Session, prefix string, onArmed func()) (armed bool) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	ctx = watchstream.Context(ctx, s.Client)
+	for resp := range s.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete()) {
+		if resp.Canceled || resp.Err() != nil {
+			watchstream.Ended(ctx, s.Client, resp)
+			return armed
+		}
+		var lives []target
+		if !armed { // the creation: ghosts written before the watch
+			armed = true
+			var err error
+			if lives, err = ghostsUnder(ctx, s, prefix); err != nil {
+				return false
+			}
+			onArmed()
+		}
+		for _, ev := range resp.Events {
+			if ghost(s, ev.Kv) {
+				lives = append(lives, target{string(ev.Kv.Key), ev.Kv.CreateRevision})
+			}
+		}
+		for _, l := range lives {
+			dctx, dcancel := context.WithTimeout(ctx, s.TTL/3)
+			ok := removeGhost(dctx, s, l)
+			dcancel()
+			if !ok {
+				return false // refused or unanswered: back off, as for a watch that fails to arm
+			}
+		}
+	}
+	return armed
+}
+
+// sweepPage is how many keys one read of a sweeper's arming takes: a
+// shared range may hold any number of other sessions' and the
+// application's keys.
+const sweepPage = 1000
+
+// ghostsUnder reads the keys under prefix, keys only, in pages of
+// sweepPage, and returns the lives of the session's ghosts among them (see
+// ghost). Each page gets a third of the session's TTL. The pages need not
+// share a revision: a ghost written once the watch is armed is the watch's,
+// and one written before stays at its place in key order until deleted.
+func ghostsUnder(ctx context.Context, s *Session, prefix string) ([]target, error) {
+	var lives []target
+	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for {
+		got, err := retry.Once(s.Latency, ctx, s.Life, func() (*clientv3.GetResponse, error) {
+			gctx, cancel := context.WithTimeout(ctx, s.TTL/3)
+			defer cancel()
+			return s.Client.Get(gctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepPage))
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range got.Kvs {
+			if ghost(s, kv) {
+				lives = append(lives, target{string(kv.Key), kv.CreateRevision})
+			}
+		}
+		if !got.More || len(got.Kvs) == 0 {
+			return lives, nil
+		}
+		from = string(got.Kvs[len(got.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// ghost reports whether kv is named as a queue key of the session
+// ("<dir><stem><slot>", the slot as the session writes it) whose slot no
+// live call holds. A prefix shared by several queues also holds other
+// sessions' keys, and the application's own: removeGhost checks the lease,
+// which a keys-only read does not carry.
+func ghost(s *Session, kv *mvccpb.KeyValue) bool {
+	key := string(kv.Key)
+	i := strings.LastIndexByte(key, '/') + 1
+	rest, ok := strings.CutPrefix(key[i:], s.KeyStem)
+	if !ok {
+		return false
+	}
+	n, err := strconv.ParseUint(rest, 10, 64)
+	return err == nil && n > 0 && strconv.FormatUint(n, 10) == rest && !s.Keys.InUse(key[:i], n)
+}
+
+// removeGhost deletes the life of a key seen with a slot no live call
+// held, only if it is still that life, on the session's lease: the slot may
+// since have gone back to the pool and to a new call, whose key is the same
+// (TestSweeperSparesReusedSlot), and a key under a shared range that only
+// looks like the session's is not its to delete.
+func removeGhost(ctx context.Context, s *Session, l target) bool {
+	_, err := retry.Once(s.Latency, ctx, s.Life, s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
+		clientv3.Compare(clientv3.LeaseValue(l.key), "=", s.Lease)).
+		Then(clientv3.OpDelete(l.key)).Commit)
+	return err == nil
 }

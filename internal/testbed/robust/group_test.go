@@ -265,7 +265,7 @@ func (h *harness) deleteLeader() {
 
 // deleteMember deletes a random replica's membership key: it must rejoin.
 func (h *harness) deleteMember() {
-	h.deleteOne(keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindGroup), groupName), "delete-member", clientv3.WithPrefix())
+	h.deleteOne(keyspace.Prefix(fencing.DefaultRoot, keyspace.KindGroup, groupName), "delete-member", clientv3.WithPrefix())
 }
 
 // deleteOne deletes one of the keys a read of prefix with opts returns.
