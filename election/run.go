@@ -88,17 +88,6 @@ func AfterSuccess(p Policy) RunOption { return func(c *runConfig) { c.onSuccess 
 // leading. Unset: Recampaign.
 func AfterError(p Policy) RunOption { return func(c *runConfig) { c.onError = p } }
 
-// OnSuccess is AfterSuccess.
-//
-// Deprecated: use AfterSuccess. Options named On… set callbacks
-// (OnStartedLeading, OnStoppedLeading); this one sets a policy.
-func OnSuccess(p Policy) RunOption { return AfterSuccess(p) }
-
-// OnError is AfterError.
-//
-// Deprecated: use AfterError, for the reason given at OnSuccess.
-func OnError(p Policy) RunOption { return AfterError(p) }
-
 // OnStartedLeading sets a function called with each term Run wins, before
 // work starts. It runs in Run's goroutine (RunGroup's: its name's, so calls
 // for different names may run at once): keep it short. A nil f is not

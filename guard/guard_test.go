@@ -143,7 +143,7 @@ func TestTxnOutOfOrderIsRefused(t *testing.T) {
 	ctx := fencingtest.Context(t, wait)
 	cmp := clientv3.Compare(clientv3.Value("flag"), "=", "set")
 	put := clientv3.OpPut("order-key", "written")
-	for name, txn := range map[string]*guard.GuardedTxn{
+	for name, txn := range map[string]*guard.Tx{
 		"If after Then":   guard.Txn(ctx, h).Then(put).If(cmp),
 		"Then twice":      guard.Txn(ctx, h).Then(put).Then(put),
 		"If twice":        guard.Txn(ctx, h).If(cmp).If(cmp).Then(put),

@@ -16,11 +16,11 @@ import (
 // txn committed is unknown, as after a lost reply.
 var errBadResponse = errors.New("malformed txn response")
 
-// ErrNotOwner is returned by GuardedTxn.Commit when the owner no longer
+// ErrNotOwner is returned by Tx.Commit when the owner no longer
 // owned its key at commit time. Nothing in the txn was applied.
 var ErrNotOwner = errors.New("not owner")
 
-// ErrOutcomeUnknown is returned by GuardedTxn.Commit (and Put, Delete) when
+// ErrOutcomeUnknown is returned by Tx.Commit (and Put, Delete) when
 // the txn was sent and no answer came back (a timeout, a broken connection,
 // ctx ending in flight, a leader lost mid-request): it may or may not have
 // been applied, and may yet be. Re-read what it writes before deciding to
@@ -28,11 +28,11 @@ var ErrNotOwner = errors.New("not owner")
 // applied.
 var ErrOutcomeUnknown = errors.New("outcome unknown")
 
-// GuardedTxn is a txn that commits only while its owner still owns its key.
+// Tx is a txn that commits only while its owner still owns its key.
 // Build it like a clientv3.Txn: If, Then and Else at most once each, in that
 // order, then Commit. Where clientv3 panics on another order, Commit returns
 // an error wrapping fencing.ErrInvalidArgument and sends nothing.
-type GuardedTxn struct {
+type Tx struct {
 	ctx    context.Context
 	o      Owner
 	cmps   []clientv3.Cmp
@@ -52,10 +52,10 @@ const (
 var stepNames = [...]string{stepIf: "If", stepThen: "Then", stepElse: "Else"}
 
 // Txn returns a txn guarded by o's ownership.
-func Txn(ctx context.Context, o Owner) *GuardedTxn { return &GuardedTxn{ctx: ctx, o: o} }
+func Txn(ctx context.Context, o Owner) *Tx { return &Tx{ctx: ctx, o: o} }
 
 // step records a call of step, or the first one out of order.
-func (g *GuardedTxn) step(step int) {
+func (g *Tx) step(step int) {
 	if step <= g.called && g.misuse == nil {
 		g.misuse = fmt.Errorf("%w: %s called after %s", fencing.ErrInvalidArgument, stepNames[step], stepNames[g.called])
 	}
@@ -63,21 +63,21 @@ func (g *GuardedTxn) step(step int) {
 }
 
 // If adds the caller's own compares.
-func (g *GuardedTxn) If(cs ...clientv3.Cmp) *GuardedTxn {
+func (g *Tx) If(cs ...clientv3.Cmp) *Tx {
 	g.step(stepIf)
 	g.cmps = append(g.cmps, cs...)
 	return g
 }
 
 // Then adds the ops run when the caller's compares hold.
-func (g *GuardedTxn) Then(ops ...clientv3.Op) *GuardedTxn {
+func (g *Tx) Then(ops ...clientv3.Op) *Tx {
 	g.step(stepThen)
 	g.thens = append(g.thens, ops...)
 	return g
 }
 
 // Else adds the ops run when a caller's compare fails.
-func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
+func (g *Tx) Else(ops ...clientv3.Op) *Tx {
 	g.step(stepElse)
 	g.elses = append(g.elses, ops...)
 	return g
@@ -98,7 +98,7 @@ func (g *GuardedTxn) Else(ops ...clientv3.Op) *GuardedTxn {
 // (fencing.WithMaxInFlight). A nil ctx or owner, an owner not made by this
 // library, or If, Then and Else out of order return
 // fencing.ErrInvalidArgument. It returns by ctx's deadline.
-func (g *GuardedTxn) Commit() (*clientv3.TxnResponse, error) {
+func (g *Tx) Commit() (*clientv3.TxnResponse, error) {
 	l, err := check(g.ctx, g.o)
 	if err == nil {
 		err = g.misuse
