@@ -321,11 +321,11 @@ func TestResignOnClosedClient(t *testing.T) {
 	if cause := fencingtest.Ended(t, term.Context(), wait, "the term"); !errors.Is(cause, fencing.ErrSessionClosed) {
 		t.Errorf("the term ended with %v; want ErrSessionClosed", cause)
 	}
-	err := fencingtest.ReturnsBy(t, wait, "Proclaim on a closed client", func() error { return term.Proclaim(t.Context(), "w") })
+	err := etcdtest.ReturnsBy(t, wait, "Proclaim on a closed client", func() error { return term.Proclaim(t.Context(), "w") })
 	if !errors.Is(err, election.ErrNotLeader) || !errors.Is(err, fencing.ErrSessionClosed) {
 		t.Errorf("Proclaim on a closed client: %v; want ErrNotLeader and ErrSessionClosed", err)
 	}
-	err = fencingtest.ReturnsBy(t, wait, "Resign on a closed client", func() error { return term.Resign(t.Context()) })
+	err = etcdtest.ReturnsBy(t, wait, "Resign on a closed client", func() error { return term.Resign(t.Context()) })
 	if !errors.Is(err, election.ErrNotLeader) || !errors.Is(err, fencing.ErrSessionClosed) {
 		t.Fatalf("Resign on a closed client: %v; want ErrNotLeader and ErrSessionClosed", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"log/slog"
 	"os"
 	"runtime"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
@@ -399,7 +400,7 @@ func TestRunGroupReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
 	link.Blackhole()
 	defer link.Restore()
 	r.cancel()
-	if err := fencingtest.ReturnsBy(t, 3*time.Second+overrun, "RunGroup after its ctx ended", func() error { return <-r.done }); err != nil {
+	if err := etcdtest.ReturnsBy(t, 3*time.Second+overrun, "RunGroup after its ctx ended", func() error { return <-r.done }); err != nil {
 		t.Errorf("RunGroup: %v", err)
 	}
 	r.done <- nil
@@ -451,12 +452,12 @@ func TestGroupSlowHandoffKeepsOtherNames(t *testing.T) {
 	w := newWorld(t, c, 10)
 	var refusing atomic.Bool
 	var refused atomic.Int32
-	replies := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+	replies := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 		if refusing.Load() && etcdtest.DeletesUnder(req, fencing.DefaultRoot) {
 			refused.Add(1)
-			return fencingtest.Refuse
+			return etcdtest.Refuse
 		}
-		return fencingtest.Pass
+		return etcdtest.Pass
 	}}
 	w.start("a", c.Client(t, replies.Option()), nil)
 	w.waitBalanced(w.names, "a")

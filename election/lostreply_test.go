@@ -1,9 +1,10 @@
 package election_test
 
 import (
-	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"sync/atomic"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
@@ -18,12 +19,12 @@ func TestTermCallsRetryPassingFailures(t *testing.T) {
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "election", "retry")
 	puts := func(req any) bool { return etcdtest.PutsUnder(req, prefix) }
 	deletes := func(req any) bool { return etcdtest.DeletesUnder(req, prefix) }
-	for _, f := range []fencingtest.Fault{fencingtest.LoseReply, fencingtest.Refuse, fencingtest.Hang} {
+	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse, etcdtest.Hang} {
 		// Each step's first write gets the fault: Campaign's and Proclaim's
 		// puts, then Resign's delete.
 		var step atomic.Int32
 		var hit [3]atomic.Bool
-		r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+		r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 			i := step.Load()
 			match := puts
 			if i == 2 {
@@ -32,7 +33,7 @@ func TestTermCallsRetryPassingFailures(t *testing.T) {
 			if match(req) && hit[i].CompareAndSwap(false, true) {
 				return f
 			}
-			return fencingtest.Pass
+			return etcdtest.Pass
 		}}
 		e := newElection(t, newSession(t, c.Client(t, r.Option())), "retry")
 		term, err := e.Campaign(fencingtest.Context(t, wait), "a")
@@ -66,11 +67,11 @@ func TestLateProclaimDoesNotRevertValue(t *testing.T) {
 	c := fencingtest.Single(t)
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "election", "late-proclaim")
 	var armed, hit atomic.Bool
-	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 		if armed.Load() && etcdtest.PutsUnder(req, prefix) && hit.CompareAndSwap(false, true) {
-			return fencingtest.Late
+			return etcdtest.Late
 		}
-		return fencingtest.Pass
+		return etcdtest.Pass
 	}}
 	e := newElection(t, newSession(t, c.Client(t, r.Option())), "late-proclaim")
 	term, err := e.Campaign(fencingtest.Context(t, wait), "a")

@@ -98,18 +98,18 @@ func TestRunDropThatFailsIsSentAgain(t *testing.T) {
 		dropKey atomic.Pointer[string]
 		after   atomic.Int64 // deletes of the lost term's key sent once the hang ended
 	)
-	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 		d, ok := req.(*pb.DeleteRangeRequest)
 		if !ok {
-			return fencingtest.Pass
+			return etcdtest.Pass
 		}
 		if k := dropKey.Load(); k != nil && string(d.Key) == *k {
 			if hang.Load() {
-				return fencingtest.Hang
+				return etcdtest.Hang
 			}
 			after.Add(1)
 		}
-		return fencingtest.Pass
+		return etcdtest.Pass
 	}}
 	var seen sessions
 	terms := make(chan *election.Term, 4)

@@ -592,17 +592,17 @@ func TestPriorityWithoutCandidatePermission(t *testing.T) {
 func TestPreferredRecordGoesWithEnqueue(t *testing.T) {
 	c := fencingtest.Single(t)
 	queue := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindElection), fleetName)
-	for name, fault := range map[string]fencingtest.Fault{"answered": fencingtest.Pass, "reply lost": fencingtest.LoseReply} {
+	for name, fault := range map[string]etcdtest.Fault{"answered": etcdtest.Pass, "reply lost": etcdtest.LoseReply} {
 		t.Run(name, func(t *testing.T) {
 			f := newFleet(t, c)
 			f.start("low", nil, election.Priority(1))
 			f.waitLeader("low")
 			var hit atomic.Bool
-			r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+			r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 				if etcdtest.PutsUnder(req, queue) && hit.CompareAndSwap(false, true) {
 					return fault
 				}
-				return fencingtest.Pass
+				return etcdtest.Pass
 			}}
 			f.start("high", c.Client(t, r.Option()), election.Priority(2))
 			f.waitLeader("high")

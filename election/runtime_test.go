@@ -157,7 +157,7 @@ func TestRunReturnsSoonAfterCtxWhenUnreachable(t *testing.T) {
 	cancel()
 	// A second for the resign and one for the revoke, as documented; the
 	// old bound was a TTL for each.
-	if err := fencingtest.ReturnsBy(t, 2*time.Second+overrun, "Run after its ctx ended", func() error { return <-ended }); err != nil {
+	if err := etcdtest.ReturnsBy(t, 2*time.Second+overrun, "Run after its ctx ended", func() error { return <-ended }); err != nil {
 		t.Errorf("Run: %v", err)
 	}
 }
@@ -211,7 +211,7 @@ func TestTermCallsKeepTheirDeadline(t *testing.T) {
 	}
 	for _, name := range []string{"Campaign", "Proclaim", "guard.Put", "Resign"} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := fencingtest.ReturnsBy(t, time.Second+overrun, name+" with a 1 s ctx", func() error { return calls[name](ctx) })
+		err := etcdtest.ReturnsBy(t, time.Second+overrun, name+" with a 1 s ctx", func() error { return calls[name](ctx) })
 		cancel()
 		if err == nil {
 			t.Errorf("%s through a blackholed link succeeded", name)

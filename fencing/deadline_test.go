@@ -24,7 +24,7 @@ func withinDeadline(t *testing.T, what string, d time.Duration, call func(ctx co
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	err := fencingtest.ReturnsBy(t, d+overrun, fmt.Sprintf("%s with a %v ctx", what, d), func() error { return call(ctx) })
+	err := etcdtest.ReturnsBy(t, d+overrun, fmt.Sprintf("%s with a %v ctx", what, d), func() error { return call(ctx) })
 	if err == nil {
 		t.Errorf("%s through a blackholed link succeeded", what)
 	}
@@ -55,7 +55,7 @@ func TestCallsKeepTheirDeadline(t *testing.T) {
 	fencingtest.WaitFor(t, wait, "the waiter's key", func() bool { return len(etcdtest.LockKeys(t, c, "deadline")) == 2 })
 	link.Blackhole()
 	deadline, _ := lctx.Deadline()
-	err := fencingtest.ReturnsBy(t, time.Until(deadline)+overrun, "Lock with a 3 s ctx", func() error { return <-waiting })
+	err := etcdtest.ReturnsBy(t, time.Until(deadline)+overrun, "Lock with a 3 s ctx", func() error { return <-waiting })
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Lock: %v, want DeadlineExceeded", err)
 	}

@@ -106,7 +106,7 @@ func TestSharedKeepsPlaceAcrossLostReply(t *testing.T) {
 	for _, w := range waitShapes {
 		t.Run(w.name, func(t *testing.T) {
 			c := fencingtest.Single(t)
-			r := &fencingtest.Replies{Decide: once(fencingtest.LoseReply, putsUnder(t, w.kind, w.queue))}
+			r := &etcdtest.Replies{Decide: once(etcdtest.LoseReply, putsUnder(t, w.kind, w.queue))}
 			wt := w.startOn(t, c, c.Client(t, r.Option()), fencingtest.Context(t, wait))
 			if n := w.keysOf(t, c, wt.s); n != 1 {
 				t.Errorf("the call has %d keys queued; want 1", n)
@@ -138,7 +138,7 @@ func TestSharedLateEnqueueLeavesNoKey(t *testing.T) {
 	for _, w := range waitShapes {
 		t.Run(w.name, func(t *testing.T) {
 			c := fencingtest.Single(t)
-			r := &fencingtest.Replies{Decide: once(fencingtest.Late, putsUnder(t, w.kind, w.queue))}
+			r := &etcdtest.Replies{Decide: once(etcdtest.Late, putsUnder(t, w.kind, w.queue))}
 			ctx, cancel := context.WithCancel(t.Context())
 			wt := w.startOn(t, c, c.Client(t, r.Option()), ctx, fencing.WithTTL(60*time.Second))
 			cancel()
@@ -227,7 +227,7 @@ func TestSharedCallsKeepTheirDeadline(t *testing.T) {
 			ownPermit, ownRead := acquire(t, newSemaphore(t, wt.s, "deadline-own", 2)), take(t, newRWMutex(t, wt.s, "deadline-own").RLock)
 			link.Blackhole()
 			deadline, _ := lctx.Deadline()
-			err := fencingtest.ReturnsBy(t, time.Until(deadline)+overrun, "the wait with a 3 s ctx", func() error { return (<-wt.done).err })
+			err := etcdtest.ReturnsBy(t, time.Until(deadline)+overrun, "the wait with a 3 s ctx", func() error { return (<-wt.done).err })
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("the wait: %v, want DeadlineExceeded", err)
 			}

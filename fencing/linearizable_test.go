@@ -8,6 +8,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdtxn "go.etcd.io/etcd/server/v3/etcdserver/txn"
@@ -24,13 +25,13 @@ func TestNoCheckServedByOneMember(t *testing.T) {
 	c := fencingtest.Single(t)
 	var mu sync.Mutex
 	var local []*pb.TxnRequest
-	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 		if txn, ok := req.(*pb.TxnRequest); ok && len(txn.Compare) > 0 && etcdtxn.IsTxnSerializable(txn) {
 			mu.Lock()
 			local = append(local, txn)
 			mu.Unlock()
 		}
-		return fencingtest.Pass
+		return etcdtest.Pass
 	}}
 	cli := c.Client(t, r.Option())
 	ctx := fencingtest.Context(t, wait)

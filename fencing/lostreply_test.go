@@ -20,13 +20,13 @@ import (
 
 // once returns a Decide that gives fault f to the first request match
 // accepts, and passes every other.
-func once(f fencingtest.Fault, match func(method string, req any) bool) func(string, any) fencingtest.Fault {
+func once(f etcdtest.Fault, match func(method string, req any) bool) func(string, any) etcdtest.Fault {
 	var done atomic.Bool
-	return func(method string, req any) fencingtest.Fault {
+	return func(method string, req any) etcdtest.Fault {
 		if match(method, req) && done.CompareAndSwap(false, true) {
 			return f
 		}
-		return fencingtest.Pass
+		return etcdtest.Pass
 	}
 }
 
@@ -41,7 +41,7 @@ func enqueueOf(name string) func(string, any) bool {
 func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
 	c := fencingtest.Single(t)
 	owner := fencingtest.Lock(t, newSession(t, c.Client(t)), "lost-reply")
-	r := &fencingtest.Replies{Decide: once(fencingtest.LoseReply, enqueueOf("lost-reply"))}
+	r := &etcdtest.Replies{Decide: once(etcdtest.LoseReply, enqueueOf("lost-reply"))}
 	s := newSession(t, c.Client(t, r.Option()))
 	got := make(chan *fencing.Hold, 1)
 	go func() {
@@ -93,8 +93,8 @@ func TestLockKeepsPlaceAcrossLostReply(t *testing.T) {
 // key at the head and owns with it; a refused request is sent again.
 func TestTryLockAcrossLostAndRefusedReplies(t *testing.T) {
 	c := fencingtest.Single(t)
-	for _, f := range []fencingtest.Fault{fencingtest.LoseReply, fencingtest.Refuse, fencingtest.Hang} {
-		r := &fencingtest.Replies{Decide: once(f, enqueueOf("try-lost"))}
+	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse, etcdtest.Hang} {
+		r := &etcdtest.Replies{Decide: once(f, enqueueOf("try-lost"))}
 		s := newSession(t, c.Client(t, r.Option()))
 		h, err := newMutex(t, s, "try-lost").TryLock(fencingtest.Context(t, wait))
 		if err != nil {
@@ -115,8 +115,8 @@ func TestTryLockAcrossLostAndRefusedReplies(t *testing.T) {
 func TestUnlockRetriesPassingFailures(t *testing.T) {
 	c := fencingtest.Single(t)
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", "unlock-retry")
-	for _, f := range []fencingtest.Fault{fencingtest.LoseReply, fencingtest.Refuse, fencingtest.Hang} {
-		r := &fencingtest.Replies{Decide: once(f, func(_ string, req any) bool { return etcdtest.DeletesUnder(req, prefix) })}
+	for _, f := range []etcdtest.Fault{etcdtest.LoseReply, etcdtest.Refuse, etcdtest.Hang} {
+		r := &etcdtest.Replies{Decide: once(f, func(_ string, req any) bool { return etcdtest.DeletesUnder(req, prefix) })}
 		h := fencingtest.Lock(t, newSession(t, c.Client(t, r.Option())), "unlock-retry")
 		if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
 			t.Fatalf("Unlock across fault %d: %v", f, err)
@@ -134,7 +134,7 @@ func TestUnlockRetriesPassingFailures(t *testing.T) {
 func TestLateEnqueueLeavesNoKey(t *testing.T) {
 	c := fencingtest.Single(t)
 	owner := fencingtest.Lock(t, newSession(t, c.Client(t)), "late")
-	r := &fencingtest.Replies{Decide: once(fencingtest.Late, enqueueOf("late"))}
+	r := &etcdtest.Replies{Decide: once(etcdtest.Late, enqueueOf("late"))}
 	s := newSession(t, c.Client(t, r.Option()), fencing.WithTTL(60*time.Second))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -265,7 +265,7 @@ func TestSweeperSparesReusedSlot(t *testing.T) {
 			}
 			return err
 		})
-	r := &fencingtest.Replies{Decide: once(fencingtest.LoseReply, enqueueOf(name))}
+	r := &etcdtest.Replies{Decide: once(etcdtest.LoseReply, enqueueOf(name))}
 	s := newSession(t, c.Client(t, r.Option(), hold))
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", name)
 	stem := prefix + keyspace.Stem(int64(s.Lease()))
@@ -347,14 +347,14 @@ func TestFailedCleanupBehindSweeperLeavesNoKey(t *testing.T) {
 	const name = "cleanup-swept"
 	prefix := keyspace.Prefix(fencing.DefaultRoot, "lock", name)
 	var lost, refuse, armed atomic.Bool
-	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 		if etcdtest.PutsUnder(req, prefix) && lost.CompareAndSwap(false, true) {
-			return fencingtest.LoseReply // A's first enqueue: its slot is retired, the queue swept
+			return etcdtest.LoseReply // A's first enqueue: its slot is retired, the queue swept
 		}
 		if d, ok := req.(*pb.DeleteRangeRequest); ok && strings.HasPrefix(string(d.Key), prefix) && refuse.CompareAndSwap(true, false) {
-			return fencingtest.Refuse // the cancelled Lock's cleanup
+			return etcdtest.Refuse // the cancelled Lock's cleanup
 		}
-		return fencingtest.Pass
+		return etcdtest.Pass
 	}}
 	var stem atomic.Pointer[string]
 	sweeperRead := etcdtest.Unary(

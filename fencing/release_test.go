@@ -107,7 +107,7 @@ func TestCloseDoesNotWaitForAnUnlockInFlight(t *testing.T) {
 	go func() { second <- h.Unlock(context.Background()) }()
 	fencingtest.WaitFor(t, wait, "the second Unlock's delete to be out", func() bool { return deletes.Load() > sent })
 
-	fencingtest.ReturnsBy(t, wait, "Close with a 2 s ctx", func() error {
+	etcdtest.ReturnsBy(t, wait, "Close with a 2 s ctx", func() error {
 		cctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
 		s.Close(cctx) // the revoke cannot be sent: its error is expected

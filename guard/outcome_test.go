@@ -2,9 +2,10 @@ package guard_test
 
 import (
 	"errors"
-	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"sync/atomic"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
@@ -17,15 +18,15 @@ func TestGuardedTxnTellsUnknownOutcome(t *testing.T) {
 	c := fencingtest.Single(t)
 	var sent atomic.Int32
 	var fault atomic.Int32
-	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 		if !etcdtest.PutsUnder(req, "outcome/") {
-			return fencingtest.Pass
+			return etcdtest.Pass
 		}
 		sent.Add(1)
-		return fencingtest.Fault(fault.Load())
+		return etcdtest.Fault(fault.Load())
 	}}
 	h := lock(t, newSession(t, c.Client(t, r.Option())), "outcome")
-	fault.Store(int32(fencingtest.LoseReply))
+	fault.Store(int32(etcdtest.LoseReply))
 	_, err := guard.Put(fencingtest.Context(t, wait), h, "outcome/a", "1")
 	if !errors.Is(err, guard.ErrOutcomeUnknown) || errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("Put with its reply lost: %v; want ErrOutcomeUnknown", err)
@@ -33,7 +34,7 @@ func TestGuardedTxnTellsUnknownOutcome(t *testing.T) {
 	if got := get(t, c, "outcome/a"); got != "1" {
 		t.Fatalf("the lost-reply put was applied, but the key holds %q", got)
 	}
-	fault.Store(int32(fencingtest.Refuse))
+	fault.Store(int32(etcdtest.Refuse))
 	_, err = guard.Put(fencingtest.Context(t, wait), h, "outcome/b", "1")
 	if err == nil || errors.Is(err, guard.ErrOutcomeUnknown) || errors.Is(err, guard.ErrNotOwner) {
 		t.Fatalf("Put refused by etcd: %v; want a definite error", err)

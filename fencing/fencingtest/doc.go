@@ -20,8 +20,7 @@
 // ProxiedClient returns the client and its Link, a TCP proxy per member.
 // Faults on a Link hit that process and no other: Blackhole (a partition)
 // and Restore (the heal), Delay, StallRenewals (a pause of the renewal
-// goroutine only). Replies drops or delays the replies of chosen requests
-// after etcd applied them. The faults on a name or a lease are one call on
+// goroutine only). The faults on a name or a lease are one call on
 // the Cluster: Revoke, RevokeOwner and DeleteOwner (expiry and the operator),
 // Compact; the member faults are Stop, Restart, StopLeader, ReplaceMember and
 // MoveLeader. Each says what the code under test should see.
@@ -38,7 +37,7 @@
 //
 // # Settings and cost
 //
-// The members trade durability for speed: no fsync unless FsyncEnv is set
+// The members trade durability for speed: no fsync unless LEASEHOLD_ETCD_FSYNC=1 is set
 // (a crash of the machine loses their data, which the tests delete anyway),
 // a 25 ms raft heartbeat and a 250 ms election timeout, so a member fault resolves within
 // about half a second, and their logs discarded. Leases still last at least

@@ -5,12 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 
 	"github.com/leasehold/leasehold/fencing"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,10 +29,10 @@ const (
 	readyWait  = 10 * time.Second
 )
 
-// FsyncEnv is the environment variable that, set to exactly "1", makes the
+// fsyncEnv is the environment variable that, set to exactly "1", makes the
 // members fsync their WAL and backend as etcd does by default. Otherwise they
 // skip it: tests need no durability across a crash of the machine.
-const FsyncEnv = "LEASEHOLD_ETCD_FSYNC"
+const fsyncEnv = "LEASEHOLD_ETCD_FSYNC"
 
 // Cluster is a set of embedded etcd members in this process.
 type Cluster struct {
@@ -198,10 +199,10 @@ func (m *Member) config(state string, stopping context.Context) *embed.Config {
 	cfg.ClusterState = state
 	cfg.TickMs = tickMs
 	cfg.ElectionMs = electionMs
-	// Tests need no durability; with FsyncEnv each write waits for its fsync,
+	// Tests need no durability; with fsyncEnv each write waits for its fsync,
 	// as by default (a benchmark's cycle then costs what it does on a real
 	// cluster).
-	cfg.UnsafeNoFsync = os.Getenv(FsyncEnv) != "1"
+	cfg.UnsafeNoFsync = os.Getenv(fsyncEnv) != "1"
 	// bcrypt's lowest cost (bcrypt.MinCost): at etcd's default of 10 an
 	// Authenticate takes over a second under the race detector. A slow one
 	// is a fault a test injects, on purpose.

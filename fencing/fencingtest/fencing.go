@@ -47,19 +47,3 @@ func Lock(t TB, s *fencing.Session, name string) *fencing.Hold {
 	}
 	return h
 }
-
-// ReturnsBy runs call and waits for it to return, for at most limit: a call
-// still running then fails t (its goroutine is left to TestMain's leak
-// check). It returns call's error.
-func ReturnsBy(t TB, limit time.Duration, what string, call func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- call() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(limit):
-		t.Fatalf("fencingtest: %s had not returned %v later", what, limit)
-		return nil
-	}
-}

@@ -30,11 +30,11 @@ func TestLostRepliesKeepOneSweeper(t *testing.T) {
 	c := fencingtest.Single(t)
 	prefix := fencing.DefaultRoot + "far/" // every kind of every name under it
 	var n atomic.Int64
-	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 		if etcdtest.PutsUnder(req, prefix) && n.Add(1)%2 == 1 {
-			return fencingtest.LoseReply // the first attempt of every enqueue
+			return etcdtest.LoseReply // the first attempt of every enqueue
 		}
-		return fencingtest.Pass
+		return etcdtest.Pass
 	}}
 	s := fencingtest.Session(t, c.Client(t, r.Option()))
 	cycles := func(k int) {
@@ -150,7 +150,7 @@ func TestSweepsStayInsideGrants(t *testing.T) {
 // (etcd applies it), and holds back the first enqueue under late, once
 // set, until Release.
 type firstLost struct {
-	fencingtest.Replies
+	etcdtest.Replies
 	prefix string
 	seen   sync.Map // keys whose first enqueue was sent
 	lost   atomic.Int64
@@ -159,20 +159,20 @@ type firstLost struct {
 }
 
 func (f *firstLost) Option() fencingtest.ClientOption {
-	f.Decide = func(_ string, req any) fencingtest.Fault {
+	f.Decide = func(_ string, req any) etcdtest.Fault {
 		if p := f.late.Load(); p != nil && etcdtest.PutsUnder(req, *p) {
 			if f.held.CompareAndSwap(false, true) {
-				return fencingtest.Late
+				return etcdtest.Late
 			}
-			return fencingtest.Pass
+			return etcdtest.Pass
 		}
 		if key := putKey(req); strings.HasPrefix(key, f.prefix) {
 			if _, again := f.seen.LoadOrStore(key, true); !again {
 				f.lost.Add(1)
-				return fencingtest.LoseReply
+				return etcdtest.LoseReply
 			}
 		}
-		return fencingtest.Pass
+		return etcdtest.Pass
 	}
 	return f.Replies.Option()
 }

@@ -3,10 +3,11 @@ package bench_test
 import (
 	"context"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
@@ -26,11 +27,11 @@ func BenchmarkDroppedDeletesHandoff(b *testing.B) {
 		name := fmt.Sprint("dropped-deletes/", i)
 		prefix := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), name)
 		var dropped atomic.Int32
-		r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+		r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 			if etcdtest.DeletesUnder(req, prefix) && dropped.Add(1) <= 2 {
-				return fencingtest.Hang
+				return etcdtest.Hang
 			}
-			return fencingtest.Pass
+			return etcdtest.Pass
 		}}
 		h := fencingtest.Lock(b, fencingtest.Session(b, c.Client(b, r.Option())), name)
 		waiter := fencingtest.Mutex(b, fencingtest.Session(b, c.Client(b)), name)

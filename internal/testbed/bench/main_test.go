@@ -293,7 +293,7 @@ func (s separate) Client(t fencingtest.TB, opts ...fencingtest.ClientOption) *cl
 
 // server starts the etcd of a throughput benchmark and warms it up: in this
 // process, or with LEASEHOLD_BENCH_SERVER=process in a process of its own
-// (still the kit's etcd, fsync off unless fencingtest.FsyncEnv is set, which
+// (still the kit's etcd, fsync off unless LEASEHOLD_ETCD_FSYNC=1 is set, which
 // the process inherits), as etcd and its clients are apart in
 // production. An embedded server shares the clients' Go runtime (its
 // collector, its scheduler), so every client allocation and wake-up slows

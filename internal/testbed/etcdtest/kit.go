@@ -2,11 +2,12 @@ package etcdtest
 
 import (
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
@@ -201,4 +202,20 @@ func CompactWhileDown(t fencingtest.TB, c *fencingtest.Cluster, i int, meanwhile
 	}
 	c.Compact(t)
 	c.Restart(t, i)
+}
+
+// ReturnsBy runs call and waits for it to return, for at most limit: a call
+// still running then fails t (its goroutine is left to TestMain's leak
+// check). It returns call's error.
+func ReturnsBy(t fencingtest.TB, limit time.Duration, what string, call func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("etcdtest: %s had not returned %v later", what, limit)
+		return nil
+	}
 }

@@ -23,11 +23,11 @@ func TestHandoffAcrossTwoDroppedDeletes(t *testing.T) {
 	const name = "dropped-deletes"
 	prefix := keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), name)
 	var dropped atomic.Int32
-	r := &fencingtest.Replies{Decide: func(_ string, req any) fencingtest.Fault {
+	r := &etcdtest.Replies{Decide: func(_ string, req any) etcdtest.Fault {
 		if etcdtest.DeletesUnder(req, prefix) && dropped.Add(1) <= 2 {
-			return fencingtest.Hang
+			return etcdtest.Hang
 		}
-		return fencingtest.Pass
+		return etcdtest.Pass
 	}}
 	h := fencingtest.Lock(t, fencingtest.Session(t, c.Client(t, r.Option())), name)
 	waiter := fencingtest.Mutex(t, fencingtest.Session(t, c.Client(t)), name)

@@ -1,9 +1,10 @@
-package fencingtest
+package etcdtest
 
 import (
 	"context"
 	"sync"
 
+	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -52,7 +53,7 @@ type Replies struct {
 // Option returns the ClientOption that puts r in the client's calls. It runs
 // inside clientv3's own retry interceptor: clientv3 may retry a refused or
 // unanswered read itself; it does not retry writes (txns, puts, deletes).
-func (r *Replies) Option() ClientOption {
+func (r *Replies) Option() fencingtest.ClientOption {
 	return func(cfg *clientv3.Config) {
 		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(r.intercept))
 	}
