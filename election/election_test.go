@@ -26,7 +26,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 	if _, err := election.New(nil, "a"); !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Errorf("New(nil): %v; want ErrInvalidArgument", err)
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys left behind: %q", keys)
 	}
 }
@@ -122,12 +122,14 @@ func TestCampaignFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
 		_, err := e.Campaign(fencingtest.Context(t, wait), "candidate")
 		errc <- err
 	}()
-	fencingtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "revoke"))) == 2 })
+	fencingtest.WaitFor(t, wait, "the candidate to queue", func() bool {
+		return len(etcdtest.Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, "election", "revoke"))) == 2
+	})
 	c.Revoke(t, s.Lease())
 	if err := <-errc; !errors.Is(err, fencing.ErrSessionExpired) {
 		t.Fatalf("Campaign with revoked lease: %v; want ErrSessionExpired", err)
 	}
-	if n := len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "revoke"))); n != 1 {
+	if n := len(etcdtest.Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, "election", "revoke"))); n != 1 {
 		t.Fatalf("%d keys; want only the leader's", n)
 	}
 }
@@ -143,12 +145,14 @@ func TestCancelledCampaignLeavesNoKey(t *testing.T) {
 		_, err := e.Campaign(ctx, "candidate")
 		errc <- err
 	}()
-	fencingtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "cancel"))) == 2 })
+	fencingtest.WaitFor(t, wait, "the candidate to queue", func() bool {
+		return len(etcdtest.Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, "election", "cancel"))) == 2
+	})
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Campaign: %v", err)
 	}
-	if n := len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "cancel"))); n != 1 {
+	if n := len(etcdtest.Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, "election", "cancel"))); n != 1 {
 		t.Fatalf("%d keys; want only the leader's", n)
 	}
 }
@@ -280,7 +284,9 @@ func TestElectionSurvivesRaftLeaderLoss(t *testing.T) {
 		}
 		won <- term
 	}()
-	fencingtest.WaitFor(t, wait, "the candidate to queue", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "raft"))) == 2 })
+	fencingtest.WaitFor(t, wait, "the candidate to queue", func() bool {
+		return len(etcdtest.Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, "election", "raft"))) == 2
+	})
 	c.StopLeader(t)
 	c.WaitLeader(t)
 	if err := first.Resign(fencingtest.Context(t, wait)); err != nil {

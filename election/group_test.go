@@ -276,7 +276,7 @@ func TestGroupReturnPolicy(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("RunGroup did not return the work's error")
 	}
-	if keys := c.Keys(t, fencing.DefaultRoot); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, fencing.DefaultRoot); len(keys) != 0 {
 		t.Fatalf("keys left: %v", keys)
 	}
 }
@@ -383,7 +383,7 @@ func TestRunGroupRejectsBadArguments(t *testing.T) {
 	if err := election.RunGroup(t.Context(), cli, "g", []string{"a"}, work, nil); !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Errorf("RunGroup with a nil option = %v", err)
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys left: %v", keys)
 	}
 }

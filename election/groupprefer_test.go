@@ -71,7 +71,7 @@ func TestGroupRejectsBadWeight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if keys := c.Keys(t, members); len(keys) > 0 {
+	if keys := etcdtest.Keys(t, c, members); len(keys) > 0 {
 		t.Fatalf("membership keys left: %q", keys)
 	}
 	if n := ctr.Requests(""); n != before {

@@ -40,7 +40,7 @@ func TestTermCallsRetryPassingFailures(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Campaign across fault %d: %v", f, err)
 		}
-		if keys := c.Keys(t, prefix); len(keys) != 1 || keys[0] != term.Key() {
+		if keys := etcdtest.Keys(t, c, prefix); len(keys) != 1 || keys[0] != term.Key() {
 			t.Fatalf("keys %q; want only the term's %s", keys, term.Key())
 		}
 		step.Store(1)
@@ -54,7 +54,7 @@ func TestTermCallsRetryPassingFailures(t *testing.T) {
 		if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
 			t.Fatalf("Resign across fault %d: %v", f, err)
 		}
-		if keys := c.Keys(t, prefix); len(keys) != 0 {
+		if keys := etcdtest.Keys(t, c, prefix); len(keys) != 0 {
 			t.Fatalf("keys left: %q", keys)
 		}
 	}

@@ -66,7 +66,7 @@ func TestNilAndZeroInputs(t *testing.T) {
 	if err := term.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Errorf("keys left: %v", keys)
 	}
 }

@@ -354,7 +354,7 @@ func TestObserveShowsCandidates(t *testing.T) {
 	var dh election.Drain
 	f.start("low", nil, election.Priority(1))
 	until("low leading, alone", "low", election.Candidate{ID: "low", Priority: []int64{1}, Preferred: true})
-	h, err := fencingtest.Mutex(t, fencingtest.Session(t, c.Client(t)), fleetName).Lock(fencingtest.Context(t, wait))
+	h, err := etcdtest.Mutex(t, fencingtest.Session(t, c.Client(t)), fleetName).Lock(fencingtest.Context(t, wait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +549,7 @@ func TestRankedGaveWayResignFails(t *testing.T) {
 // leaves no key behind.
 func TestPriorityWithoutCandidatePermission(t *testing.T) {
 	c := fencingtest.Single(t)
-	c.EnableAuth(t)
+	etcdtest.EnableAuth(t, c)
 	queue, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindElection, fleetName)
 	if err != nil {
 		t.Fatal(err)
@@ -567,7 +567,7 @@ func TestPriorityWithoutCandidatePermission(t *testing.T) {
 		})
 	}()
 	<-working
-	cli := c.Client(t, fencingtest.WithAuth("svc", "svc"))
+	cli := c.Client(t, etcdtest.WithAuth("svc", "svc"))
 	err = election.Run(ctx, cli, fleetName, "ranked", func(context.Context, *election.Term) error {
 		t.Error("work ran without a candidate record")
 		return nil
@@ -986,7 +986,7 @@ func TestRunRejectsBadWeight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if keys := c.Keys(t, name); len(keys) > 0 {
+	if keys := etcdtest.Keys(t, c, name); len(keys) > 0 {
 		t.Fatalf("keys under the name: %q", keys)
 	}
 }

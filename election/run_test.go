@@ -109,7 +109,7 @@ func TestRunOneWorkerAndFailoverOnRevoke(t *testing.T) {
 	r := startReplicas(t, c, 3, election.WithSessionOptions(fencing.WithTTL(2*time.Second)))
 	first := r.waitTerms(t, 1)[0]
 	fencingtest.WaitFor(t, wait, "all replicas to campaign", func() bool {
-		return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "workers"))) == 3
+		return len(etcdtest.Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, "election", "workers"))) == 3
 	})
 	if m := r.most(); m > 1 {
 		t.Fatalf("%d works ran at once", m)
@@ -154,7 +154,7 @@ func TestRunHandsOverAtOnceOnCancel(t *testing.T) {
 	if m := r.most(); m > 1 {
 		t.Fatalf("%d works ran at once", m)
 	}
-	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, "leasehold/"); len(keys) != 0 {
 		t.Fatalf("keys left after every Run returned: %q", keys)
 	}
 }
@@ -205,7 +205,9 @@ func TestRunPolicies(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("Run never led")
 	}
-	fencingtest.WaitFor(t, wait, "the term to be kept", func() bool { return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "policy"))) == 1 })
+	fencingtest.WaitFor(t, wait, "the term to be kept", func() bool {
+		return len(etcdtest.Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, "election", "policy"))) == 1
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run with KeepLeading: %v", err)
@@ -234,7 +236,7 @@ func TestRunRejectsBadArguments(t *testing.T) {
 			t.Errorf("%s: %v; want %v", tc.name, tc.err, tc.want)
 		}
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys left behind: %q", keys)
 	}
 }

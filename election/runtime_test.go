@@ -126,7 +126,7 @@ func TestRunRejectsNilOption(t *testing.T) {
 	if !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Fatalf("Run with a nil option: %v, want ErrInvalidArgument", err)
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Errorf("keys left: %v", keys)
 	}
 }
@@ -184,7 +184,7 @@ func TestRunResignsAfterSlowWork(t *testing.T) {
 	if err := <-ended; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Errorf("keys left after Run returned: %v", keys)
 	}
 }
@@ -219,7 +219,7 @@ func TestTermCallsKeepTheirDeadline(t *testing.T) {
 	}
 	link.Restore()
 	fencingtest.WaitFor(t, wait, "the failed Campaign's key removed", func() bool {
-		return len(c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "deadline-other"))) == 0
+		return len(etcdtest.Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, "election", "deadline-other"))) == 0
 	})
 }
 
@@ -240,7 +240,7 @@ func TestTryCampaign(t *testing.T) {
 	if !errors.Is(err, fencing.ErrLocked) || !strings.Contains(err.Error(), `"first"`) || !strings.Contains(err.Error(), term.Token().String()) {
 		t.Fatalf("TryCampaign of a led election: %v, want ErrLocked naming the leader", err)
 	}
-	if keys := c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, "election", "try")); len(keys) != 1 {
+	if keys := etcdtest.Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, "election", "try")); len(keys) != 1 {
 		t.Fatalf("keys after the refused TryCampaign: %v", keys)
 	}
 	if err := term.Resign(fencingtest.Context(t, wait)); err != nil {
@@ -281,7 +281,7 @@ func TestRunWithSessionOptions(t *testing.T) {
 			t.Errorf("Run with a %s session option: %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Errorf("keys left: %v", keys)
 	}
 }

@@ -244,7 +244,7 @@ func TestSharedCallsKeepTheirDeadline(t *testing.T) {
 			// An enqueue whose reply was lost may be applied after the first
 			// delete: its key goes with the second, one TTL later.
 			fencingtest.WaitFor(t, ttl+wait, "no key of the failed calls left", func() bool {
-				return w.keysOf(t, c, wt.s) == 0 && len(c.Keys(t, "leasehold/deadline-free#")) == 0
+				return w.keysOf(t, c, wt.s) == 0 && len(etcdtest.Keys(t, c, "leasehold/deadline-free#")) == 0
 			})
 		})
 	}

@@ -41,7 +41,7 @@ func TestNoCheckServedByOneMember(t *testing.T) {
 	h := fencingtest.Lock(t, a, "handoff")
 	got := make(chan *fencing.Hold, 1)
 	fencingtest.Go(t, func(ctx context.Context) error {
-		h, err := fencingtest.Mutex(t, b, "handoff").Lock(ctx)
+		h, err := etcdtest.Mutex(t, b, "handoff").Lock(ctx)
 		got <- h
 		return err
 	})

@@ -15,7 +15,7 @@ const wait = fencingtest.Wait
 
 var (
 	newSession = fencingtest.Session
-	newMutex   = fencingtest.Mutex
+	newMutex   = etcdtest.Mutex
 )
 
 func lock(t testing.TB, m *fencing.Mutex) *fencing.Hold {

@@ -166,7 +166,7 @@ func TestInvalidNamesRejected(t *testing.T) {
 	if _, err := fencing.NewMutex(s, strings.Repeat("x", fencing.MaxNameLen)); err != nil {
 		t.Errorf("NewMutex(%d bytes): %v", fencing.MaxNameLen, err)
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys written for invalid names: %q", keys)
 	}
 }

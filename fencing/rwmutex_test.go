@@ -29,7 +29,7 @@ func rwKeys(t testing.TB, c *fencingtest.Cluster, name string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Keys(t, p)
+	return etcdtest.Keys(t, c, p)
 }
 
 func goLock(ctx context.Context, lock func(context.Context) (*fencing.Hold, error)) <-chan result {
@@ -181,7 +181,7 @@ func TestRWMutexBadInput(t *testing.T) {
 	if err := r.Unlock(ctx); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Errorf("second Unlock: %v; want ErrNotHeld", err)
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys left: %v", keys)
 	}
 }

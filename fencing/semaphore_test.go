@@ -41,7 +41,7 @@ func semKeys(t testing.TB, c *fencingtest.Cluster, name string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Keys(t, p)
+	return etcdtest.Keys(t, c, p)
 }
 
 // result is what a call running in the background returned.
@@ -258,7 +258,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 	if err := h.Unlock(ctx); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Errorf("second Unlock: %v; want ErrNotHeld", err)
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys left: %v", keys)
 	}
 }

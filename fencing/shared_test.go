@@ -3,10 +3,11 @@ package fencing_test
 import (
 	"context"
 	"errors"
-	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
@@ -87,7 +88,7 @@ func (w waitShape) keys(t *testing.T, c *fencingtest.Cluster) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Keys(t, p)
+	return etcdtest.Keys(t, c, p)
 }
 
 // waiting is a call of a shape, queued behind the shape's holds.

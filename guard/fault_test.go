@@ -65,11 +65,11 @@ func TestPausedHolderWriteIsFenced(t *testing.T) {
 func TestRearmingWatchEndsWithSession(t *testing.T) {
 	etcdtest.Long(t)
 	c := fencingtest.Three(t)
-	link := c.NewLinkTo(t, 0)
+	link := etcdtest.NewLinkTo(t, c, 0)
 	cli := fencingtest.NewClient(t, link.Endpoints())
 	s := newSession(t, cli, fencing.WithTTL(3*time.Second))
 	work := watch(t, lock(t, s, "rearm"))
-	link.BlackholeRequests()
+	etcdtest.BlackholeRequests(link)
 	c.Stop(1)
 	c.Stop(2)
 	t.Cleanup(func() { link.Restore(); c.Restart(t, 1); c.Restart(t, 2) })

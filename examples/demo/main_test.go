@@ -2,13 +2,15 @@ package main
 
 import (
 	"database/sql"
-	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"io"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
@@ -60,11 +62,11 @@ func TestDemoOnTLSClusterLeavesNoKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := c.Keys(t, "")
+	before := etcdtest.Keys(t, c, "")
 	args := []string{"--endpoints", c.Endpoints()[0], "--cacert", c.TLS.CA, "--cert", c.TLS.Cert, "--key", c.TLS.Key, "--workers", "2"}
 	code, stdout, stderr := progtest.Run(t, hang, noEtcdctlEnv, args...)
 	verdictHolds(t, code, stdout, stderr)
-	if after := c.Keys(t, ""); !slices.Equal(after, before) {
+	if after := etcdtest.Keys(t, c, ""); !slices.Equal(after, before) {
 		t.Fatalf("keys before the demo: %q\nafter: %q", before, after)
 	}
 }
@@ -80,7 +82,7 @@ func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
 	if code := p.Wait(t, hang); code != 1 || !strings.Contains(p.Stderr(), "interrupted") {
 		t.Fatalf("exit %d (want 1); stderr:\n%s", code, p.Stderr())
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys left after the interrupted demo: %q", keys)
 	}
 }
@@ -171,7 +173,7 @@ func TestDemoUnreachableLedger(t *testing.T) {
 	if n := strings.Count(stderr, "connection refused"); n != 1 {
 		t.Errorf("the refusal is told %d times; want once:\n%s", n, stderr)
 	}
-	if keys := c.Keys(t, ""); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys left: %q", keys)
 	}
 }

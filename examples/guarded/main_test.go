@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 func TestMain(m *testing.M) { progtest.Main(m, main) }
@@ -57,7 +58,7 @@ func TestTransfer(t *testing.T) {
 	if got := balances(t, c); got != "alice=70 bob=130" {
 		t.Fatalf("balances after the overdraft = %s; want unchanged", got)
 	}
-	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, "leasehold/"); len(keys) != 0 {
 		t.Fatalf("lock keys left: %q", keys)
 	}
 }

@@ -32,7 +32,7 @@ func runInspect(t *testing.T, args ...string) (code int, stdout, stderr string) 
 // returns when the test ends.
 func queue(t *testing.T, c *fencingtest.Cluster, name string) *fencing.Hold {
 	owner := fencingtest.Lock(t, fencingtest.Session(t, c.Client(t), fencing.WithIdentity("host-a/1")), name)
-	waiter := fencingtest.Mutex(t, fencingtest.Session(t, c.Client(t), fencing.WithIdentity("host-b/2")), name)
+	waiter := etcdtest.Mutex(t, fencingtest.Session(t, c.Client(t), fencing.WithIdentity("host-b/2")), name)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -45,7 +45,7 @@ func queue(t *testing.T, c *fencingtest.Cluster, name string) *fencing.Hold {
 	t.Cleanup(func() { <-done })
 	fencingtest.WaitFor(t, fencingtest.Wait, "the waiter to queue", func() bool {
 		prefix, err := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindLock, name)
-		return err == nil && len(c.Keys(t, prefix)) == 2
+		return err == nil && len(etcdtest.Keys(t, c, prefix)) == 2
 	})
 	return owner
 }
@@ -459,7 +459,7 @@ func TestShowsSemaphoreAndRWLock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fencingtest.WaitFor(t, fencingtest.Wait, id+" to queue", func() bool { return len(c.Keys(t, prefix)) == n })
+		fencingtest.WaitFor(t, fencingtest.Wait, id+" to queue", func() bool { return len(etcdtest.Keys(t, c, prefix)) == n })
 	}
 	sem := func(s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
 		m, err := fencing.NewSemaphore(s, "migrations", 2)

@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -198,7 +199,7 @@ func TestProgramWithTLS(t *testing.T) {
 	if code := p.Wait(t, hang); code != 0 {
 		t.Fatalf("after SIGTERM: exit %d\n%s", code, p.Stderr())
 	}
-	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, "leasehold/"); len(keys) != 0 {
 		t.Fatalf("keys left after SIGTERM: %q\n%s", keys, p.Stderr())
 	}
 }

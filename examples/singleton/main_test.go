@@ -228,7 +228,7 @@ func TestPausedRunnerResumes(t *testing.T) {
 
 func noKeysLeft(t *testing.T, c *fencingtest.Cluster) {
 	t.Helper()
-	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, "leasehold/"); len(keys) != 0 {
 		t.Errorf("keys left under leasehold/: %q", keys)
 	}
 }

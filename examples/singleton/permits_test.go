@@ -143,7 +143,7 @@ func TestPermitsOtherLimitDoesNotEndAHolder(t *testing.T) {
 	// limit 2 in its place, and resumes it: it meets the other limit.
 	slipIn := func(starts int) *progtest.Prog {
 		healthy.Signal(t, syscall.SIGSTOP)
-		fencingtest.WaitFor(t, time.Minute, "the paused holder's key gone with its lease", func() bool { return len(c.Keys(t, queue)) == 0 })
+		fencingtest.WaitFor(t, time.Minute, "the paused holder's key gone with its lease", func() bool { return len(etcdtest.Keys(t, c, queue)) == 0 })
 		other := permitReplica(t, c, stamps, "2")
 		waitStarts(t, stamps, starts, time.Minute)
 		healthy.Signal(t, syscall.SIGCONT)

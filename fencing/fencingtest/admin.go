@@ -50,30 +50,16 @@ func (c *Cluster) Delete(t TB, key string) int64 {
 	return resp.Deleted
 }
 
-// Keys returns every key under prefix, read from the admin client.
-func (c *Cluster) Keys(t TB, prefix string) []string {
-	t.Helper()
-	resp, err := c.Admin.Get(Context(t, adminTimeout), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatalf("fencingtest: list %q: %v", prefix, err)
-	}
-	var keys []string
-	for _, kv := range resp.Kvs {
-		keys = append(keys, string(kv.Key))
-	}
-	return keys
-}
-
-// WithAuth makes a client log in as user.
-func WithAuth(user, password string) ClientOption {
+// withAuth makes a client log in as user.
+func withAuth(user, password string) ClientOption {
 	return func(cfg *clientv3.Config) { cfg.Username, cfg.Password = user, password }
 }
 
-// EnableAuth turns etcd authentication on, with a root user whose client
+// enableAuth turns etcd authentication on, with a root user whose client
 // replaces Admin. The kit's members hash passwords at bcrypt's lowest cost,
 // so that an Authenticate is quick (etcd's default, 10, takes ~50 ms of CPU
 // each, and over a second under the race detector).
-func (c *Cluster) EnableAuth(t TB) {
+func (c *Cluster) enableAuth(t TB) {
 	t.Helper()
 	ctx := Context(t, adminTimeout)
 	for _, step := range []func() error{
@@ -85,7 +71,7 @@ func (c *Cluster) EnableAuth(t TB) {
 			t.Fatalf("fencingtest: enable auth: %v", err)
 		}
 	}
-	root, err := dial(c.Endpoints(), append(c.tlsOption(), WithAuth("root", "root"))...)
+	root, err := dial(c.Endpoints(), append(c.tlsOption(), withAuth("root", "root"))...)
 	if err != nil {
 		t.Fatalf("fencingtest: root client: %v", err)
 	}

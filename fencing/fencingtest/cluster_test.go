@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
-	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -150,7 +151,7 @@ func TestThreeSurvivesLeaderStop(t *testing.T) {
 	t.Logf("three members ready in %v", time.Since(start))
 	ctx := fencingtest.Context(t, 30*time.Second)
 	old := c.StopLeader(t)
-	if c.Members[old].Running() {
+	if etcdtest.Running(c.Members[old]) {
 		t.Fatalf("member %d still running after StopLeader", old)
 	}
 	now := c.WaitLeader(t)

@@ -27,7 +27,7 @@
 //
 // Waits are on conditions, with a deadline, never on a sleep: Ended (a
 // context ends, and why), WaitNewLeader (a name has a leader other than X),
-// WaitNoKeys (no key of a name is left), WaitFor (any condition).
+// WaitFor (any condition: no key of a name left is an empty Queue).
 //
 // For failovers that cross processes, RegisterHelper and StartHelper run a
 // function of your test binary in a subprocess (the binary re-executed), and
@@ -49,6 +49,6 @@
 // a while on a small machine; the build cache makes later builds as fast as
 // any.
 //
-// Helpers take a TB: a *testing.T, *testing.B or *testing.F. Standalone is
-// a TB for code outside a test, such as the examples below.
+// Helpers take a TB: a *testing.T, *testing.B or *testing.F. Background
+// returns one for code outside a test, such as the examples below.
 package fencingtest

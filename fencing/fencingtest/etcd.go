@@ -45,7 +45,7 @@ type Cluster struct {
 	// unless the test sets it to the root its sessions use (fencing.WithRoot).
 	Root string
 	// TLS is nil, or the certificates of a cluster started by SingleTLS.
-	TLS       *Certs
+	TLS       *kit.Certs
 	clientTLS *tls.Config // nil, or loaded from TLS's good client certificate
 }
 
@@ -57,7 +57,7 @@ type Member struct {
 	PeerURL   url.URL
 	dir       string
 	cluster   string
-	certs     *Certs // nil: plain http
+	certs     *kit.Certs // nil: plain http
 	auth      tokens
 
 	mu   sync.Mutex
@@ -80,7 +80,7 @@ func New(t TB, n int) *Cluster {
 }
 
 // newCluster is New with certs and auth (see start).
-func newCluster(t TB, n int, certs *Certs, auth tokens) *Cluster {
+func newCluster(t TB, n int, certs *kit.Certs, auth tokens) *Cluster {
 	t.Helper()
 	c, err := startOnFreePorts(n, certs, auth)
 	if err != nil {
@@ -90,14 +90,10 @@ func newCluster(t TB, n int, certs *Certs, auth tokens) *Cluster {
 	return c
 }
 
-// Start is New for callers without a TB (examples, benchmarks'
-// shared servers): the caller must Close the cluster.
-func Start(n int) (*Cluster, error) { return startOnFreePorts(n, nil, tokens{}) }
-
 // startOnFreePorts is start, again on fresh ports while they were taken:
 // free ports are found by listening and closing, and another test binary
 // can take one before etcd binds it.
-func startOnFreePorts(n int, certs *Certs, auth tokens) (*Cluster, error) {
+func startOnFreePorts(n int, certs *kit.Certs, auth tokens) (*Cluster, error) {
 	var err error
 	for range 5 {
 		var c *Cluster
@@ -110,7 +106,7 @@ func startOnFreePorts(n int, certs *Certs, auth tokens) (*Cluster, error) {
 
 // start starts n members, serving TLS with certs unless nil, and making
 // auth tokens as auth says.
-func start(n int, certs *Certs, auth tokens) (*Cluster, error) {
+func start(n int, certs *kit.Certs, auth tokens) (*Cluster, error) {
 	c := &Cluster{Root: fencing.DefaultRoot, TLS: certs}
 	var initial string
 	for i := range n {
@@ -164,7 +160,7 @@ func start(n int, certs *Certs, auth tokens) (*Cluster, error) {
 		return nil, err
 	}
 	end := time.Now().Add(10 * time.Second)
-	for c.Leader() < 0 {
+	for c.leader() < 0 {
 		if time.Now().After(end) {
 			c.Close()
 			return nil, errors.New("start cluster: no raft leader after 10s")
@@ -218,7 +214,7 @@ func (m *Member) config(state string, stopping context.Context) *embed.Config {
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	if m.certs != nil {
-		cfg.ClientTLSInfo = m.certs.serverInfo()
+		cfg.ClientTLSInfo = m.certs.ServerInfo()
 	}
 	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{grpc.ChainStreamInterceptor(endStreams(stopping))}
 	return cfg
@@ -273,8 +269,8 @@ func (m *Member) start(state string) error {
 	return nil
 }
 
-// Running reports whether the member is serving.
-func (m *Member) Running() bool {
+// running reports whether the member is serving.
+func (m *Member) running() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.etcd != nil
@@ -381,8 +377,8 @@ func (c *Cluster) Restart(t TB, i int) {
 	}
 }
 
-// Leader returns the index of the member that currently leads, or -1.
-func (c *Cluster) Leader() int {
+// leader returns the index of the member that currently leads, or -1.
+func (c *Cluster) leader() int {
 	for i, m := range c.Members {
 		if m.isLeader() {
 			return i
@@ -396,7 +392,7 @@ func (c *Cluster) WaitLeader(t TB) int {
 	t.Helper()
 	var leader int
 	WaitFor(t, 10*time.Second, "a raft leader", func() bool {
-		leader = c.Leader()
+		leader = c.leader()
 		return leader >= 0
 	})
 	return leader

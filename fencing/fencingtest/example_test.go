@@ -15,10 +15,10 @@ import (
 // A worker under election.Run is cut off from etcd: its work context ends
 // before its lease can expire, another replica takes over, and when the
 // network heals the old worker's guarded write is refused. In your own test,
-// pass its *testing.T where this example has a Standalone.
+// pass its *testing.T where this example has Background's TB.
 func Example_partitionedLeader() {
-	t := &fencingtest.Standalone{} // in a test: its *testing.T
-	defer t.Close()
+	t, done := fencingtest.Background() // in a test: its *testing.T
+	defer done()
 	c := fencingtest.Single(t)
 
 	// Each replica is a process of its own: its own client, its own link.
@@ -59,8 +59,8 @@ func Example_partitionedLeader() {
 // ends with ErrKeyDeleted, its guarded writes are refused, and its Unlock
 // reports that it no longer held the lock.
 func Example_operatorDeletesLock() {
-	t := &fencingtest.Standalone{} // in a test: its *testing.T
-	defer t.Close()
+	t, done := fencingtest.Background() // in a test: its *testing.T
+	defer done()
 	c := fencingtest.Single(t)
 	s := fencingtest.Session(t, c.Client(t))
 	hold := fencingtest.Lock(t, s, "billing")

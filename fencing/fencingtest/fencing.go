@@ -28,8 +28,8 @@ func Session(t TB, cli *clientv3.Client, opts ...fencing.SessionOption) *fencing
 	return s
 }
 
-// Mutex returns the lock name on s.
-func Mutex(t TB, s *fencing.Session, name string) *fencing.Mutex {
+// mutex returns the lock name on s.
+func mutex(t TB, s *fencing.Session, name string) *fencing.Mutex {
 	t.Helper()
 	m, err := fencing.NewMutex(s, name)
 	if err != nil {
@@ -41,7 +41,7 @@ func Mutex(t TB, s *fencing.Session, name string) *fencing.Mutex {
 // Lock acquires the lock name on s.
 func Lock(t TB, s *fencing.Session, name string) *fencing.Hold {
 	t.Helper()
-	h, err := Mutex(t, s, name).Lock(Context(t, Wait))
+	h, err := mutex(t, s, name).Lock(Context(t, Wait))
 	if err != nil {
 		t.Fatalf("fencingtest: Lock(%q): %v", name, err)
 	}

@@ -98,12 +98,15 @@ func TestNameHelpers(t *testing.T) {
 	if err := b.Resign(fencingtest.Context(t, fencingtest.Wait)); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitNoKeys(t, fencing.KindElection, "helpers")
+	fencingtest.WaitFor(t, fencingtest.Wait, "no key of the election", func() bool {
+		return len(c.Queue(t, fencing.KindElection, "helpers").Entries) == 0
+	})
 }
 
-// Standalone runs its cleanups last first, and its Fatalf stops the caller.
-func TestStandalone(t *testing.T) {
-	var s fencingtest.Standalone
+// Background's TB runs its cleanups last first, and its Fatalf stops the
+// caller.
+func TestBackground(t *testing.T) {
+	s, close := fencingtest.Background()
 	ctx := s.Context()
 	var order []int
 	s.Cleanup(func() { order = append(order, 1) })
@@ -111,7 +114,7 @@ func TestStandalone(t *testing.T) {
 		order = append(order, 2)
 		s.Cleanup(func() { order = append(order, 3) })
 	})
-	s.Close()
+	close()
 	if ctx.Err() == nil || len(order) != 3 || order[0] != 2 || order[1] != 3 || order[2] != 1 {
 		t.Fatalf("ctx %v, cleanups ran %v; want ctx ended and [2 3 1]", ctx.Err(), order)
 	}
@@ -184,11 +187,11 @@ func TestKitFailsClearly(t *testing.T) {
 			fencingtest.Go(tb, func(context.Context) error { return errors.New("boom") })
 		},
 	} {
-		s := &fencingtest.Standalone{}
+		s, close := fencingtest.Background()
 		got := func() (r any) {
 			defer func() { r = recover() }()
 			call(s)
-			s.Close() // Go reports at the test's end
+			close() // Go reports at the test's end
 			return nil
 		}()
 		if msg, _ := got.(string); !strings.Contains(msg, name) {

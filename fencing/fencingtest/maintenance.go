@@ -30,12 +30,12 @@ func (c *Cluster) MoveLeader(t TB) (from, to int) {
 }
 
 func (c *Cluster) moveLeader() (from, to int, err error) {
-	from, to = c.Leader(), -1
+	from, to = c.leader(), -1
 	if from < 0 {
 		return from, to, errors.New("no leader")
 	}
 	for k := 1; k < len(c.Members) && to < 0; k++ {
-		if i := (from + k) % len(c.Members); c.Members[i].Running() {
+		if i := (from + k) % len(c.Members); c.Members[i].running() {
 			to = i
 		}
 	}

@@ -27,15 +27,6 @@ func (c *Cluster) WaitNewLeader(t TB, name, old string) inspect.Entry {
 	})
 }
 
-// WaitNoKeys waits until the kind's name has no key left in etcd: every
-// holder and waiter released, resigned, or gone with its lease.
-func (c *Cluster) WaitNoKeys(t TB, kind fencing.Kind, name string) {
-	t.Helper()
-	WaitFor(t, Wait, "no key of "+string(kind)+" "+name, func() bool {
-		return len(c.Queue(t, kind, name).Entries) == 0
-	})
-}
-
 // RevokeOwner waits for the kind's name to have an owner and revokes its
 // lease, as an operator's etcdctl lease revoke, or an expiry, does; it
 // returns the owner as it was. What the code under test should see: the

@@ -55,7 +55,7 @@ func Main(m *testing.M, opts ...goleak.Option) {
 }
 
 // atExit holds the functions AtExit registers; Main closes it.
-var atExit Standalone
+var atExit standalone
 
 // AtExit registers f to run in Main once the tests have run, before the
 // goroutine-leak check: functions run one at a time, the last registered

@@ -40,12 +40,12 @@ func (c *Cluster) NewLink(t TB) *Link {
 	for i := range c.Members {
 		all = append(all, i)
 	}
-	return c.NewLinkTo(t, all...)
+	return c.newLinkTo(t, all...)
 }
 
-// NewLinkTo is NewLink to the given members only: a client behind it cannot
+// newLinkTo is NewLink to the given members only: a client behind it cannot
 // fail over to the others.
-func (c *Cluster) NewLinkTo(t TB, members ...int) *Link {
+func (c *Cluster) newLinkTo(t TB, members ...int) *Link {
 	t.Helper()
 	l := &Link{}
 	for _, i := range members {
@@ -129,10 +129,10 @@ func (l *Link) Blackhole() {
 	}
 }
 
-// BlackholeRequests holds what the client sends and lets replies through:
+// blackholeRequests holds what the client sends and lets replies through:
 // requests vanish, the connection looks alive. To the code under test, the
 // same as Blackhole.
-func (l *Link) BlackholeRequests() {
+func (l *Link) blackholeRequests() {
 	for _, p := range l.proxies {
 		p.PauseTx()
 	}

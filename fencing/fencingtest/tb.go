@@ -19,11 +19,17 @@ type TB interface {
 	Context() context.Context
 }
 
-// Standalone is a TB for code that runs outside a test, such as an Example
-// function or a demo program. Fatalf panics with its message; Close runs
-// the cleanups, the last registered first. The zero value is ready to use;
-// it is safe for concurrent use.
-type Standalone struct {
+// Background returns a TB for code that runs outside a test, such as an
+// Example function or a program: its Fatalf panics with the message, and
+// close ends its Context, then runs its cleanups, the last registered first.
+// It is safe for concurrent use.
+func Background() (t TB, close func()) {
+	s := new(standalone)
+	return s, s.Close
+}
+
+// standalone is Background's TB. The zero value is ready to use.
+type standalone struct {
 	mu       sync.Mutex
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -31,22 +37,22 @@ type Standalone struct {
 }
 
 // Helper does nothing: there is no test to report a line to.
-func (*Standalone) Helper() {}
+func (*standalone) Helper() {}
 
 // Cleanup registers f to run at Close.
-func (s *Standalone) Cleanup(f func()) {
+func (s *standalone) Cleanup(f func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cleanups = append(s.cleanups, f)
 }
 
 // Fatalf panics with the formatted message.
-func (*Standalone) Fatalf(format string, args ...any) {
+func (*standalone) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
 }
 
 // Context returns a context that ends when Close begins.
-func (s *Standalone) Context() context.Context {
+func (s *standalone) Context() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctx == nil {
@@ -57,7 +63,7 @@ func (s *Standalone) Context() context.Context {
 
 // Close ends Context, then runs the cleanups, the last registered first,
 // including any registered while they run.
-func (s *Standalone) Close() {
+func (s *standalone) Close() {
 	s.mu.Lock()
 	if s.cancel != nil {
 		s.cancel()

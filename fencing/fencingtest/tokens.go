@@ -18,11 +18,11 @@ type tokens struct {
 	ttl  uint   // --auth-token-ttl, seconds, of simple tokens; 0: etcd's 300
 }
 
-// SingleJWT starts a one-member cluster whose auth tokens are JWTs, signed
+// singleJWT starts a one-member cluster whose auth tokens are JWTs, signed
 // with a key made for it and valid for ttl (etcd's --auth-token jwt). A JWT
 // expires at its time however much it is used, under every stream opened
 // with it. Auth is off until EnableAuth.
-func SingleJWT(t TB, ttl time.Duration) *Cluster {
+func singleJWT(t TB, ttl time.Duration) *Cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "fencingtest-jwt-")
 	if err != nil {
@@ -36,12 +36,12 @@ func SingleJWT(t TB, ttl time.Duration) *Cluster {
 	return newCluster(t, 1, nil, tokens{kind: kind})
 }
 
-// SingleTokenTTL starts a one-member cluster whose simple auth tokens (etcd's
+// singleTokenTTL starts a one-member cluster whose simple auth tokens (etcd's
 // default kind) expire once unused for ttl, rounded down to whole seconds
 // and at least one (etcd's --auth-token-ttl, 300 s by default). A token
 // expires under a stream opened with it while the client's other requests
 // use a newer one. Auth is off until EnableAuth.
-func SingleTokenTTL(t TB, ttl time.Duration) *Cluster {
+func singleTokenTTL(t TB, ttl time.Duration) *Cluster {
 	t.Helper()
 	return newCluster(t, 1, nil, tokens{ttl: uint(max(1, ttl/time.Second))})
 }

@@ -215,7 +215,7 @@ func TestReadShowsSemaphoreAndRWLock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fencingtest.WaitFor(t, wait, name+" queued", func() bool { return len(c.Keys(t, p)) == n })
+		fencingtest.WaitFor(t, wait, name+" queued", func() bool { return len(etcdtest.Keys(t, c, p)) == n })
 	}
 	sem := func(limit int) *fencing.Semaphore {
 		m, err := fencing.NewSemaphore(s, "slots", limit)

@@ -19,7 +19,7 @@ const (
 
 var (
 	newSession = fencingtest.Session
-	newMutex   = fencingtest.Mutex
+	newMutex   = etcdtest.Mutex
 )
 
 // lockPrefix is the key range of the lock name.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/ownwatch"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -69,7 +70,7 @@ func (r *recordingStream) SendMsg(m any) error {
 // here).
 func TestRefusedWatchIsCreatedAgainUnderNewID(t *testing.T) {
 	c := fencingtest.Single(t)
-	c.EnableAuth(t)
+	etcdtest.EnableAuth(t, c)
 	ctx := fencingtest.Context(t, wait)
 	for _, step := range []func() error{
 		func() error { _, err := c.Admin.UserAdd(ctx, "wo", "wo"); return err },
@@ -85,7 +86,7 @@ func TestRefusedWatchIsCreatedAgainUnderNewID(t *testing.T) {
 		}
 	}
 	var sent sentWatches
-	cli := c.Client(t, fencingtest.WithAuth("wo", "wo"), sent.option)
+	cli := c.Client(t, etcdtest.WithAuth("wo", "wo"), sent.option)
 	p, err := cli.Put(ctx, "wo/k", "v")
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ func TestLostRepliesKeepOneSweeper(t *testing.T) {
 		for w := range 16 {
 			wg.Go(func() {
 				for range k / 16 {
-					if !lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("far/", w)).Lock) {
+					if !lockUnlock(t, etcdtest.Mutex(t, s, fmt.Sprint("far/", w)).Lock) {
 						return
 					}
 				}
@@ -65,7 +65,7 @@ func TestLostRepliesKeepOneSweeper(t *testing.T) {
 	if free, inUse, swept := sessionlink.Of(s).Keys.Size(); free > 16 || inUse != 0 || swept != 16 {
 		t.Errorf("key pool: %d queues with free slots, %d in use, %d swept; want at most 16, 0, 16", free, inUse, swept)
 	}
-	if keys := c.Keys(t, prefix); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, prefix); len(keys) != 0 {
 		t.Errorf("keys left: %q", keys)
 	}
 }
@@ -81,9 +81,9 @@ func TestLostRepliesOnNewNamesStayBounded(t *testing.T) {
 	const names = 2000
 	f := &firstLost{prefix: fencing.DefaultRoot + "jobs/"}
 	s := fencingtest.Session(t, c.Client(t, f.Option()), fencing.WithTTL(60*time.Second))
-	eachName(16, func(i int) bool { return lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("jobs/", i)).Lock) })
+	eachName(16, func(i int) bool { return lockUnlock(t, etcdtest.Mutex(t, s, fmt.Sprint("jobs/", i)).Lock) })
 	before := runtime.NumGoroutine()
-	eachName(names, func(i int) bool { return lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("jobs/", 16+i)).Lock) })
+	eachName(names, func(i int) bool { return lockUnlock(t, etcdtest.Mutex(t, s, fmt.Sprint("jobs/", 16+i)).Lock) })
 	if t.Failed() {
 		return
 	}
@@ -115,7 +115,7 @@ func TestLostRepliesOnNewNamesStayBounded(t *testing.T) {
 	if got := sessionlink.Of(s).Sweeps.Ranges(); len(got) > revqueue.MaxSweeps {
 		t.Errorf("%d ranges swept: %q", len(got), got)
 	}
-	if keys := c.Keys(t, f.prefix); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, f.prefix); len(keys) != 0 {
 		t.Errorf("keys left: %q", keys)
 	}
 }
@@ -128,17 +128,17 @@ func TestLostRepliesOnNewNamesStayBounded(t *testing.T) {
 // "leasehold/team").
 func TestSweepsStayInsideGrants(t *testing.T) {
 	c := fencingtest.Single(t)
-	c.EnableAuth(t)
+	etcdtest.EnableAuth(t, c)
 	grants := []string{fencing.DefaultRoot + "teamA/", fencing.DefaultRoot + "teamB/"}
 	etcdtest.AddUser(t, c, "teams", grants...)
 	f := &firstLost{prefix: fencing.DefaultRoot + "team"}
-	s := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("teams", "teams"), f.Option()), fencing.WithTTL(60*time.Second))
+	s := fencingtest.Session(t, c.Client(t, etcdtest.WithAuth("teams", "teams"), f.Option()), fencing.WithTTL(60*time.Second))
 	for i := range revqueue.MaxSweeps {
-		lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("teamA/", i)).Lock)
+		lockUnlock(t, etcdtest.Mutex(t, s, fmt.Sprint("teamA/", i)).Lock)
 	}
-	lockUnlock(t, fencingtest.Mutex(t, s, "teamB/0").Lock)
-	f.lateIsSwept(t, c, s, c.Client(t, fencingtest.WithAuth("teams", "teams")), "teamB/late")
-	f.lateIsSwept(t, c, s, c.Client(t, fencingtest.WithAuth("teams", "teams")), "teamA/late")
+	lockUnlock(t, etcdtest.Mutex(t, s, "teamB/0").Lock)
+	f.lateIsSwept(t, c, s, c.Client(t, etcdtest.WithAuth("teams", "teams")), "teamB/late")
+	f.lateIsSwept(t, c, s, c.Client(t, etcdtest.WithAuth("teams", "teams")), "teamA/late")
 	for _, r := range sessionlink.Of(s).Sweeps.Ranges() {
 		if !strings.HasPrefix(r, grants[0]) && !strings.HasPrefix(r, grants[1]) {
 			t.Errorf("range %q is outside the grants %q", r, grants)
@@ -192,21 +192,21 @@ func (f *firstLost) lateIsSwept(t *testing.T, c *fencingtest.Cluster, s *fencing
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := fencingtest.Mutex(t, s, name).Lock(ctx)
+		_, err := etcdtest.Mutex(t, s, name).Lock(ctx)
 		done <- err
 	}()
-	fencingtest.WaitFor(t, fencingtest.Wait, "the retried enqueue to queue", func() bool { return len(c.Keys(t, lp)) == 2 })
+	fencingtest.WaitFor(t, fencingtest.Wait, "the retried enqueue to queue", func() bool { return len(etcdtest.Keys(t, c, lp)) == 2 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v", err)
 	}
-	fencingtest.WaitFor(t, fencingtest.Wait, "the cancelled Lock's key to go", func() bool { return len(c.Keys(t, lp)) == 1 })
+	fencingtest.WaitFor(t, fencingtest.Wait, "the cancelled Lock's key to go", func() bool { return len(etcdtest.Keys(t, c, lp)) == 1 })
 	f.Release() // the first enqueue arrives now, and writes the key again
-	fencingtest.WaitFor(t, fencingtest.Wait, "the late key to be swept", func() bool { return len(c.Keys(t, lp)) == 1 })
+	fencingtest.WaitFor(t, fencingtest.Wait, "the late key to be swept", func() bool { return len(etcdtest.Keys(t, c, lp)) == 1 })
 	if err := owner.Unlock(fencingtest.Context(t, fencingtest.Wait)); err != nil {
 		t.Fatal(err)
 	}
-	lockUnlock(t, fencingtest.Mutex(t, fencingtest.Session(t, other), name).Lock) // not blocked by a ghost
+	lockUnlock(t, etcdtest.Mutex(t, fencingtest.Session(t, other), name).Lock) // not blocked by a ghost
 }
 
 // putKey returns the key of the first put of a txn request, or "".
@@ -229,7 +229,7 @@ func TestManyNamesKeepPoolBounded(t *testing.T) {
 	c := fencingtest.Single(t)
 	s := fencingtest.Session(t, c.Client(t))
 	names := revqueue.MaxFreeQueues + 200
-	eachName(names, func(i int) bool { return lockUnlock(t, fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).TryLock) })
+	eachName(names, func(i int) bool { return lockUnlock(t, etcdtest.Mutex(t, s, fmt.Sprint("many/", i)).TryLock) })
 	if free, inUse, swept := sessionlink.Of(s).Keys.Size(); free > revqueue.MaxFreeQueues || inUse != 0 || swept != 0 {
 		t.Errorf("key pool after %d names: %d queues with free slots, %d in use, %d swept; want at most %d, 0, 0",
 			names, free, inUse, swept, revqueue.MaxFreeQueues)
@@ -248,7 +248,7 @@ func TestManyNamesReuseKeys(t *testing.T) {
 	keys := make([]string, names)
 	for pass := range 2 {
 		eachName(names, func(i int) bool {
-			h, err := fencingtest.Mutex(t, s, fmt.Sprint("many/", i)).Lock(fencingtest.Context(t, fencingtest.Wait))
+			h, err := etcdtest.Mutex(t, s, fmt.Sprint("many/", i)).Lock(fencingtest.Context(t, fencingtest.Wait))
 			if err != nil {
 				t.Error(err)
 				return false

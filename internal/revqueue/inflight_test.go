@@ -26,7 +26,7 @@ func TestSessionBoundsRequestsInFlight(t *testing.T) {
 	s, f := etcdtest.LimitedSession(t, fencingtest.Single(t), limit)
 	ctx := fencingtest.Context(t, fencingtest.Wait)
 	f.Burst(t, s, limit, 40, func(i int) error {
-		h, err := fencingtest.Mutex(t, s, fmt.Sprint("burst/", i)).Lock(ctx)
+		h, err := etcdtest.Mutex(t, s, fmt.Sprint("burst/", i)).Lock(ctx)
 		if err != nil {
 			return err
 		}
@@ -45,7 +45,7 @@ func TestLockWaitingForAPlaceWhenSessionEnds(t *testing.T) {
 	s, f := etcdtest.LimitedSession(t, c, 1)
 	written := takePlace(fencingtest.Context(t, fencingtest.Wait), t, s, f)
 	locked := make(chan error, 1)
-	go func() { _, err := fencingtest.Mutex(t, s, "waits").Lock(t.Context()); locked <- err }() // no deadline of its own
+	go func() { _, err := etcdtest.Mutex(t, s, "waits").Lock(t.Context()); locked <- err }() // no deadline of its own
 	f.AwaitQueued(t, s, 1, 1)
 	c.Revoke(t, s.Lease())
 	if err := fencingtest.Receive(t, locked, "the Lock waiting for a place as its lease was revoked"); !errors.Is(err, fencing.ErrSessionExpired) {
@@ -71,7 +71,7 @@ func TestWaitingForAPlaceWhenClientCloses(t *testing.T) {
 	wctx, stopWrite := context.WithCancel(t.Context())
 	written := takePlace(wctx, t, s, f)
 	locked, unlocked := make(chan error, 1), make(chan error, 1)
-	go func() { _, err := fencingtest.Mutex(t, s, "waits").Lock(t.Context()); locked <- err }()
+	go func() { _, err := etcdtest.Mutex(t, s, "waits").Lock(t.Context()); locked <- err }()
 	go func() { unlocked <- held.Unlock(t.Context()) }()
 	f.AwaitQueued(t, s, 1, 2)
 	s.Client().Close()
@@ -119,7 +119,7 @@ func TestLockGivesUpWaitingForAPlace(t *testing.T) {
 	written := takePlace(ctx, t, s, f)
 	short, cancel := context.WithCancel(ctx)
 	locked := make(chan error, 1)
-	go func() { _, err := fencingtest.Mutex(t, s, "waits").Lock(short); locked <- err }()
+	go func() { _, err := etcdtest.Mutex(t, s, "waits").Lock(short); locked <- err }()
 	f.AwaitQueued(t, s, 1, 1)
 	cancel()
 	if err := <-locked; !errors.Is(err, context.Canceled) {
@@ -182,7 +182,7 @@ func TestCleanupWaitsForAPlaceWithoutRetiring(t *testing.T) {
 	go write("held/1")
 	fencingtest.WaitFor(t, fencingtest.Wait, "the first write to hold a place", func() bool { return f.Now() == 1 })
 	armed.Store(true)
-	if _, err := fencingtest.Mutex(t, s, "contended").Lock(lockCtx); !errors.Is(err, context.Canceled) {
+	if _, err := etcdtest.Mutex(t, s, "contended").Lock(lockCtx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock: %v; want context.Canceled", err)
 	}
 	fencingtest.WaitFor(t, fencingtest.Wait, "the cleanup's delete to wait for a place", func() bool { return etcdtest.Waiting() >= 1 })
@@ -197,7 +197,7 @@ func TestCleanupWaitsForAPlaceWithoutRetiring(t *testing.T) {
 	}
 	fencingtest.WaitFor(t, fencingtest.Wait, "the cancelled Lock's key to be deleted", func() bool {
 		_, inUse, _ := sessionlink.Of(s).Keys.Size()
-		return inUse == 1 && len(c.Keys(t, queue)) == 1
+		return inUse == 1 && len(etcdtest.Keys(t, c, queue)) == 1
 	})
 	if _, _, swept := sessionlink.Of(s).Keys.Size(); swept != 0 {
 		t.Errorf("%d queues swept; want none: the slot goes back to the pool", swept)

@@ -34,7 +34,7 @@ func BenchmarkDroppedDeletesHandoff(b *testing.B) {
 			return etcdtest.Pass
 		}}
 		h := fencingtest.Lock(b, fencingtest.Session(b, c.Client(b, r.Option())), name)
-		waiter := fencingtest.Mutex(b, fencingtest.Session(b, c.Client(b)), name)
+		waiter := etcdtest.Mutex(b, fencingtest.Session(b, c.Client(b)), name)
 		owned := make(chan time.Time, 1)
 		go func() {
 			h, err := waiter.Lock(context.Background())

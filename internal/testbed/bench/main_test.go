@@ -329,9 +329,9 @@ func stopHelper(p *fencingtest.Proc) bool {
 // etcdHelper runs a single-member etcd, prints "endpoint <url>", and once
 // its stdin closes stops it and removes its data.
 func etcdHelper([]string) int {
-	var s fencingtest.Standalone
-	defer s.Close()
-	c := fencingtest.Single(&s)
+	s, done := fencingtest.Background()
+	defer done()
+	c := fencingtest.Single(s)
 	fmt.Println("endpoint", c.Endpoints()[0])
 	io.Copy(io.Discard, os.Stdin)
 	return 0

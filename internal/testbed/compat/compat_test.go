@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/testbed/kit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbed/kit"
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
@@ -428,18 +429,18 @@ type server struct {
 // only and requires a client certificate signed by its CA.
 func startServer(t *testing.T, bin string, secure bool) *server {
 	t.Helper()
-	var certs *fencingtest.Certs
+	var certs *kit.Certs
 	if secure {
 		dir := t.TempDir()
 		var err error
-		if certs, err = fencingtest.NewCerts(dir); err != nil {
+		if certs, err = kit.NewCerts(dir); err != nil {
 			t.Fatalf("certificates: %v", err)
 		}
 		// NewCerts keeps the server's pair unexported; it writes it next to
 		// the client's as server.pem and server-key.pem.
 		for _, f := range []string{"server.pem", "server-key.pem"} {
 			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-				t.Fatalf("fencingtest.NewCerts no longer writes %s: %v", f, err)
+				t.Fatalf("kit.NewCerts no longer writes %s: %v", f, err)
 			}
 		}
 	}
@@ -458,7 +459,7 @@ func startServer(t *testing.T, bin string, secure bool) *server {
 	return nil
 }
 
-func tryStart(t *testing.T, bin string, certs *fencingtest.Certs) (*server, error) {
+func tryStart(t *testing.T, bin string, certs *kit.Certs) (*server, error) {
 	t.Helper()
 	clientAddr, err := kit.FreeAddr()
 	if err != nil {
@@ -588,7 +589,7 @@ func (s *server) clientAs(t *testing.T, user, password string) *clientv3.Client 
 
 var (
 	session     = fencingtest.Session
-	mutex       = fencingtest.Mutex
+	mutex       = etcdtest.Mutex
 	newElection = etcdtest.Election
 )
 

@@ -219,3 +219,17 @@ func ReturnsBy(t fencingtest.TB, limit time.Duration, what string, call func() e
 		return nil
 	}
 }
+
+// Keys returns every key under prefix, read from the admin client.
+func Keys(t fencingtest.TB, c *fencingtest.Cluster, prefix string) []string {
+	t.Helper()
+	resp, err := c.Admin.Get(fencingtest.Context(t, fencingtest.Wait), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatalf("etcdtest: list %q: %v", prefix, err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	return keys
+}

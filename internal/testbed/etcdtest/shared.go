@@ -5,8 +5,6 @@
 package etcdtest
 
 import (
-	"fmt"
-	"os"
 	"sync"
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
@@ -19,16 +17,13 @@ var shared struct {
 
 // Shared returns a single-member cluster that lives until fencingtest.Main's
 // tests end, for Example functions, which get no testing.TB. It exits the
-// test binary if the cluster cannot start.
+// test binary with the reason if the cluster cannot start.
 func Shared() *fencingtest.Cluster {
 	shared.once.Do(func() {
-		c, err := fencingtest.Start(1)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "etcdtest: shared cluster: %v\n", err)
-			os.Exit(1)
-		}
-		fencingtest.AtExit(c.Close)
-		shared.c = c
+		// Background's TB panics with the reason if the cluster cannot start.
+		tb, done := fencingtest.Background()
+		fencingtest.AtExit(done)
+		shared.c = fencingtest.Single(tb)
 	})
 	return shared.c
 }

@@ -19,7 +19,7 @@ import (
 // LockKeys lists the keys queued under the lock name (default root).
 func LockKeys(t testing.TB, c *fencingtest.Cluster, name string) []string {
 	t.Helper()
-	return c.Keys(t, keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), name))
+	return Keys(t, c, keyspace.Prefix(fencing.DefaultRoot, string(fencing.KindLock), name))
 }
 
 // BlackholeTrials runs n trials side by side, each with its own proxied

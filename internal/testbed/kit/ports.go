@@ -1,6 +1,8 @@
 // Package kit is the test support that fencingtest and the project's test bed
 // (internal/testbed/etcdtest) share: free ports, subprocesses that die with
-// the test binary. Tests only.
+// the test binary, a cluster's TLS certificates, and what fencingtest lends
+// the project's own tests without a name in its public API (Lend). Tests
+// only.
 package kit
 
 import (

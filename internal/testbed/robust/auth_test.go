@@ -22,15 +22,15 @@ import (
 // and leaves no key behind.
 func TestAuthLimitedToPrefixes(t *testing.T) {
 	c := fencingtest.Single(t)
-	c.EnableAuth(t)
+	etcdtest.EnableAuth(t, c)
 	etcdtest.AddUser(t, c, "svc", "leasehold/", "app/")
 	etcdtest.AddUser(t, c, "nobody")
 	ctx := fencingtest.Context(t, time.Minute)
 
-	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"))
+	svc := c.Client(t, etcdtest.WithAuth("svc", "svc"))
 	s := fencingtest.Session(t, svc)
 	h := fencingtest.Lock(t, s, "jobs/billing")
-	if _, err := fencingtest.Mutex(t, s, "jobs/billing").TryLock(ctx); !errors.Is(err, fencing.ErrLocked) {
+	if _, err := etcdtest.Mutex(t, s, "jobs/billing").TryLock(ctx); !errors.Is(err, fencing.ErrLocked) {
 		t.Fatalf("TryLock: %v; want ErrLocked", err)
 	}
 	if _, err := guard.Put(ctx, h, "app/state", "1"); err != nil {
@@ -69,15 +69,15 @@ func TestAuthLimitedToPrefixes(t *testing.T) {
 		t.Fatalf("Run: %v (work ran: %v)", err, ran)
 	}
 
-	nobody := c.Client(t, fencingtest.WithAuth("nobody", "nobody"))
+	nobody := c.Client(t, etcdtest.WithAuth("nobody", "nobody"))
 	ns, err := fencing.NewSession(ctx, nobody)
 	if err == nil {
 		t.Cleanup(func() { ns.Close(context.Background()) })
-		_, err = fencingtest.Mutex(t, ns, "jobs/billing").Lock(ctx)
+		_, err = etcdtest.Mutex(t, ns, "jobs/billing").Lock(ctx)
 		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			t.Fatalf("Lock without permission: %v; want ErrPermissionDenied", err)
 		}
-		_, err = fencingtest.Mutex(t, ns, "jobs/billing").TryLock(ctx)
+		_, err = etcdtest.Mutex(t, ns, "jobs/billing").TryLock(ctx)
 		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			t.Fatalf("TryLock without permission: %v; want ErrPermissionDenied", err)
 		}
@@ -88,7 +88,7 @@ func TestAuthLimitedToPrefixes(t *testing.T) {
 	} else if !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("NewSession without permission: %v", err)
 	}
-	if keys := c.Keys(t, "leasehold/"); len(keys) != 0 {
+	if keys := etcdtest.Keys(t, c, "leasehold/"); len(keys) != 0 {
 		t.Fatalf("keys left behind: %q", keys)
 	}
 }
@@ -100,10 +100,10 @@ func TestAuthLimitedToPrefixes(t *testing.T) {
 func TestWatchedHoldAcrossRestartWithAuth(t *testing.T) {
 	etcdtest.Long(t)
 	c := fencingtest.Single(t)
-	c.EnableAuth(t)
+	etcdtest.EnableAuth(t, c)
 	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	ctx := fencingtest.Context(t, time.Minute)
-	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"))
+	svc := c.Client(t, etcdtest.WithAuth("svc", "svc"))
 	// A long TTL: no renewal, which would renew the client's token on the
 	// way, comes within the test.
 	s := fencingtest.Session(t, svc, fencing.WithTTL(10*time.Minute))
@@ -126,10 +126,10 @@ func TestWatchedHoldAcrossRestartWithAuth(t *testing.T) {
 func TestRenewalsDoNotAuthenticate(t *testing.T) {
 	etcdtest.Long(t)
 	c := fencingtest.Single(t)
-	c.EnableAuth(t)
+	etcdtest.EnableAuth(t, c)
 	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	var auths, renewals atomic.Int32
-	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"), countCalls("Authenticate", &auths))
+	svc := c.Client(t, etcdtest.WithAuth("svc", "svc"), countCalls("Authenticate", &auths))
 	fencingtest.Session(t, svc, fencing.WithTTL(3*time.Second), fencing.WithObserver(fencing.Observer{
 		OnRenew: func(e fencing.RenewEvent) {
 			if e.Err == nil {
@@ -165,7 +165,7 @@ func countCalls(method string, n *atomic.Int32) fencingtest.ClientOption {
 func TestRenewalsSurviveSlowAuthenticate(t *testing.T) {
 	etcdtest.Long(t)
 	c := fencingtest.Single(t)
-	c.EnableAuth(t)
+	etcdtest.EnableAuth(t, c)
 	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	// TTL 6 s: a renewal every 2 s; the first, 2 s after the grant, has
 	// until ValidUntil (5.4 s after it) to open its stream.
@@ -174,7 +174,7 @@ func TestRenewalsSurviveSlowAuthenticate(t *testing.T) {
 	// The client's first token comes as it connects, before the delay
 	// applies: only the stream's tokens are slow.
 	var slow atomic.Bool
-	svc := c.Client(t, fencingtest.WithAuth("svc", "svc"), delayCalls("Authenticate", &slow, authDelay))
+	svc := c.Client(t, etcdtest.WithAuth("svc", "svc"), delayCalls("Authenticate", &slow, authDelay))
 	slow.Store(true)
 	s := fencingtest.Session(t, svc, fencing.WithTTL(ttl), fencing.WithObserver(fencing.Observer{
 		OnRenew: func(e fencing.RenewEvent) {
@@ -217,23 +217,23 @@ func delayCalls(method string, on *atomic.Bool, d time.Duration) fencingtest.Cli
 func TestAuthTokenExpiryMidWait(t *testing.T) {
 	etcdtest.Long(t)
 	const ttl = time.Second
-	t.Run("jwt", func(t *testing.T) { tokenExpiryMidWait(t, fencingtest.SingleJWT(t, ttl), ttl) })
-	t.Run("simple", func(t *testing.T) { tokenExpiryMidWait(t, fencingtest.SingleTokenTTL(t, ttl), ttl) })
+	t.Run("jwt", func(t *testing.T) { tokenExpiryMidWait(t, etcdtest.SingleJWT(t, ttl), ttl) })
+	t.Run("simple", func(t *testing.T) { tokenExpiryMidWait(t, etcdtest.SingleTokenTTL(t, ttl), ttl) })
 }
 
 func tokenExpiryMidWait(t *testing.T, c *fencingtest.Cluster, ttl time.Duration) {
-	c.EnableAuth(t)
+	etcdtest.EnableAuth(t, c)
 	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	ctx := fencingtest.Context(t, time.Minute)
 	var ctr etcdtest.Counter
-	s1 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc"), etcdtest.WithCounter(&ctr)), fencing.WithTTL(3*time.Second))
-	s2 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc")), fencing.WithTTL(3*time.Second))
+	s1 := fencingtest.Session(t, c.Client(t, etcdtest.WithAuth("svc", "svc"), etcdtest.WithCounter(&ctr)), fencing.WithTTL(3*time.Second))
+	s2 := fencingtest.Session(t, c.Client(t, etcdtest.WithAuth("svc", "svc")), fencing.WithTTL(3*time.Second))
 	h0 := fencingtest.Lock(t, s1, "jobs/zero")
 	w0, stop0 := guard.Watch(ctx, h0) // s1's watch stream is open from here
 	defer stop0()
 	h1 := fencingtest.Lock(t, s1, "jobs/billing")
 	waiter := make(chan error, 1)
-	m2 := fencingtest.Mutex(t, s2, "jobs/billing")
+	m2 := etcdtest.Mutex(t, s2, "jobs/billing")
 	go func() {
 		h, err := m2.Lock(ctx)
 		if err == nil {
@@ -353,12 +353,12 @@ func TestWatchStreamFromBeforeAuth(t *testing.T) {
 	c := fencingtest.Single(t)
 	etcdtest.AddUser(t, c, "svc", "leasehold/")
 	ctx := fencingtest.Context(t, time.Minute)
-	s1 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc")))
+	s1 := fencingtest.Session(t, c.Client(t, etcdtest.WithAuth("svc", "svc")))
 	h0 := fencingtest.Lock(t, s1, "jobs/zero")
 	w0, stop0 := guard.Watch(ctx, h0) // s1's watch stream is open, with no token
 	defer stop0()
-	c.EnableAuth(t)
-	s2 := fencingtest.Session(t, c.Client(t, fencingtest.WithAuth("svc", "svc")))
+	etcdtest.EnableAuth(t, c)
+	s2 := fencingtest.Session(t, c.Client(t, etcdtest.WithAuth("svc", "svc")))
 	handOver(t, c, fencingtest.Lock(t, s2, "jobs/billing"), s1, "the waiter")
 	if w0.Err() != nil {
 		t.Fatalf("the watch from before auth ended: %v", context.Cause(w0))
@@ -371,7 +371,7 @@ func handOver(t *testing.T, c *fencingtest.Cluster, h *fencing.Hold, waiter *fen
 	t.Helper()
 	ctx := fencingtest.Context(t, time.Minute)
 	name := h.Token().Name
-	m := fencingtest.Mutex(t, waiter, name)
+	m := etcdtest.Mutex(t, waiter, name)
 	done := make(chan error, 1)
 	go func() {
 		next, err := m.Lock(ctx)
@@ -406,7 +406,7 @@ func TestObserveReportsTokenThatWillNotDo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.EnableAuth(t)
+	etcdtest.EnableAuth(t, c)
 	ctx := fencingtest.Context(t, time.Minute)
 	select {
 	case o := <-e.Observe(ctx):

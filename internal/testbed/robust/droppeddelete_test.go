@@ -30,7 +30,7 @@ func TestHandoffAcrossTwoDroppedDeletes(t *testing.T) {
 		return etcdtest.Pass
 	}}
 	h := fencingtest.Lock(t, fencingtest.Session(t, c.Client(t, r.Option())), name)
-	waiter := fencingtest.Mutex(t, fencingtest.Session(t, c.Client(t)), name)
+	waiter := etcdtest.Mutex(t, fencingtest.Session(t, c.Client(t)), name)
 	owned := make(chan struct{}, 1)
 	fencingtest.Go(t, func(ctx context.Context) error {
 		h, err := waiter.Lock(ctx)

@@ -26,13 +26,13 @@ func TestGrantOfSubtree(t *testing.T) {
 	for _, root := range []string{fencing.DefaultRoot, "billing/locks/"} {
 		t.Run(root, func(t *testing.T) {
 			c := fencingtest.Single(t)
-			c.EnableAuth(t)
+			etcdtest.EnableAuth(t, c)
 			grant, err := inspect.SubtreePrefix(root, "teamA/")
 			if err != nil {
 				t.Fatal(err)
 			}
 			etcdtest.AddUser(t, c, "teamA", grant, "data/teamA/")
-			cli := c.Client(t, fencingtest.WithAuth("teamA", "teamA"))
+			cli := c.Client(t, etcdtest.WithAuth("teamA", "teamA"))
 			opts := []fencing.SessionOption{fencing.WithRoot(root)}
 			for _, name := range []string{"teamA/x", "teamA/y/z", "teamA/"} {
 				granted(t, cli, opts, name)
@@ -40,7 +40,7 @@ func TestGrantOfSubtree(t *testing.T) {
 			for _, name := range []string{"teamB/x", "teamA", "teamAB/x"} {
 				denied(t, cli, opts, name)
 			}
-			if keys := c.Keys(t, root); len(keys) != 0 {
+			if keys := etcdtest.Keys(t, c, root); len(keys) != 0 {
 				t.Fatalf("keys left under %s: %q", root, keys)
 			}
 		})
@@ -52,11 +52,11 @@ func granted(t *testing.T, cli *clientv3.Client, opts []fencing.SessionOption, n
 	t.Helper()
 	ctx := fencingtest.Context(t, time.Minute)
 	s, other := fencingtest.Session(t, cli, opts...), fencingtest.Session(t, cli, opts...)
-	h, err := fencingtest.Mutex(t, s, name).Lock(ctx)
+	h, err := etcdtest.Mutex(t, s, name).Lock(ctx)
 	if err != nil {
 		t.Fatalf("Lock(%q): %v", name, err)
 	}
-	if _, err := fencingtest.Mutex(t, other, name).TryLock(ctx); !errors.Is(err, fencing.ErrLocked) {
+	if _, err := etcdtest.Mutex(t, other, name).TryLock(ctx); !errors.Is(err, fencing.ErrLocked) {
 		t.Fatalf("TryLock(%q) of a held lock: %v; want ErrLocked", name, err)
 	}
 	if _, err := guard.Put(ctx, h, "data/"+name, "1"); err != nil {
@@ -68,7 +68,7 @@ func granted(t *testing.T, cli *clientv3.Client, opts []fencing.SessionOption, n
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock(%q): %v", name, err)
 	}
-	h, err = fencingtest.Mutex(t, other, name).TryLock(ctx)
+	h, err = etcdtest.Mutex(t, other, name).TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock(%q) of a free lock: %v", name, err)
 	}
@@ -124,8 +124,8 @@ func denied(t *testing.T, cli *clientv3.Client, opts []fencing.SessionOption, na
 	s := fencingtest.Session(t, cli, opts...)
 	e, _ := election.New(s, name)
 	calls := map[string]func(ctx context.Context) error{
-		"Lock":        func(ctx context.Context) error { _, err := fencingtest.Mutex(t, s, name).Lock(ctx); return err },
-		"TryLock":     func(ctx context.Context) error { _, err := fencingtest.Mutex(t, s, name).TryLock(ctx); return err },
+		"Lock":        func(ctx context.Context) error { _, err := etcdtest.Mutex(t, s, name).Lock(ctx); return err },
+		"TryLock":     func(ctx context.Context) error { _, err := etcdtest.Mutex(t, s, name).TryLock(ctx); return err },
 		"Campaign":    func(ctx context.Context) error { _, err := e.Campaign(ctx, "v"); return err },
 		"TryCampaign": func(ctx context.Context) error { _, err := e.TryCampaign(ctx, "v"); return err },
 		"Observe":     func(ctx context.Context) error { return (<-e.Observe(ctx)).Err },

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -261,7 +262,7 @@ func (h *harness) stopMember() {
 }
 
 func (h *harness) stopLeader() {
-	i := h.c.Leader()
+	i := etcdtest.Leader(h.c)
 	if i < 0 {
 		return
 	}

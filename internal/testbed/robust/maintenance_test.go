@@ -511,7 +511,7 @@ func (m *maintenance) settle(t *testing.T, c *fencingtest.Cluster) {
 	if m.impl != "leasehold" {
 		prefix = "concurrency/"
 	}
-	m.keysLeft = c.Keys(t, prefix)
+	m.keysLeft = etcdtest.Keys(t, c, prefix)
 }
 
 func (m *maintenance) report(t *testing.T) {

@@ -66,7 +66,7 @@ func sharedUnderFaults(t *testing.T, kind fencing.Kind) {
 	wg.Wait()
 	all := events()
 	fencingtest.WaitFor(t, time.Minute, "every key of the workload gone (killed workers' leases expire)", func() bool {
-		return len(c.Keys(t, queuePrefix(kind))) == 0
+		return len(etcdtest.Keys(t, c, queuePrefix(kind))) == 0
 	})
 	r := checkShared(kind, hist.events(t, c))
 	acked := 0

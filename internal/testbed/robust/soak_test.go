@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -501,7 +502,7 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 func watchGauges(c *fencingtest.Cluster) (watchers, streams float64) {
 	watchers, streams = math.NaN(), math.NaN()
 	for _, m := range c.Members {
-		if !m.Running() {
+		if !etcdtest.Running(m) {
 			continue
 		}
 		cli := http.Client{Timeout: 5 * time.Second}
