@@ -208,3 +208,39 @@ func ExampleDrain() {
 	// a leads
 	// b leads
 }
+
+// This example runs one replica of a RunGroup group over two names and
+// shows which replica leads each name, and that the group is balanced.
+func ExampleReadGroup() {
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan string)
+	done := make(chan error, 1)
+	go func() {
+		done <- election.RunGroup(ctx, exampleClient(), "mailers", []string{"mail/eu", "mail/us"},
+			func(ctx context.Context, t *election.Term) error {
+				select { // a work run again after a lost term is not waited for
+				case started <- t.Token().Name:
+				case <-ctx.Done():
+				}
+				<-ctx.Done()
+				return nil
+			}, election.WithSessionOptions(fencing.WithIdentity("worker-1")))
+	}()
+	defer func() { cancel(); <-done }()
+	<-started // each work starts once its name's election is won
+	<-started
+
+	g, err := election.ReadGroup(ctx, exampleClient(), fencing.DefaultRoot, "mailers")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d replica, %d names, cap %d, misplaced %d\n", len(g.Replicas), len(g.Names), g.Cap, g.Misplaced)
+	for _, n := range g.Names {
+		fmt.Println(n.Name, "assigned to", n.Assigned, "led by", n.Leader.Value)
+	}
+	// Output:
+	// 1 replica, 2 names, cap 2, misplaced 0
+	// mail/eu assigned to worker-1 led by worker-1
+	// mail/us assigned to worker-1 led by worker-1
+}

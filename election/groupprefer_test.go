@@ -87,7 +87,7 @@ func (w *world) waitSettled(members int, ids ...string) {
 	fencingtest.WaitFor(w.t, 2*wait, fmt.Sprintf("the group assigned over %d replicas", members), func() bool {
 		ctx, cancel := context.WithTimeout(w.t.Context(), wait)
 		defer cancel()
-		g, err := inspect.ReadGroup(ctx, w.c.Admin, fencing.DefaultRoot, w.group)
+		g, err := election.ReadGroup(ctx, w.c.Admin, fencing.DefaultRoot, w.group)
 		if err != nil || len(g.Replicas) != members || len(g.Names) != len(w.names) || g.Misplaced != 0 || g.Excess != 0 {
 			return false
 		}
@@ -208,7 +208,7 @@ func TestGroupRollingUpgrade(t *testing.T) {
 	if total > len(news)*len(w.names) {
 		t.Errorf("%d moves in all, more than once per name and new replica", total)
 	}
-	g, err := inspect.ReadGroup(fencingtest.Context(t, wait), c.Admin, fencing.DefaultRoot, w.group)
+	g, err := election.ReadGroup(fencingtest.Context(t, wait), c.Admin, fencing.DefaultRoot, w.group)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -178,7 +178,7 @@ func TestDrainedLeaderAloneKeepsItsTerm(t *testing.T) {
 func (f *fleet) waitDrained(id string, drained bool) {
 	f.t.Helper()
 	fencingtest.WaitFor(f.t, wait, id+"'s record drained="+strconv.FormatBool(drained), func() bool {
-		for _, c := range f.c.Queue(f.t, fencing.KindElection, fleetName).Candidates {
+		for _, c := range candidatesOf(f.t, f.c, fleetName) {
 			if c.ID == id {
 				return c.Drain == drained
 			}

@@ -32,3 +32,13 @@ func campaign(t testing.TB, e *election.Election, value string) *election.Term {
 }
 
 func exampleClient() *clientv3.Client { return etcdtest.Shared().Admin }
+
+// candidatesOf reads the ranked candidates of the election name on c.
+func candidatesOf(t testing.TB, c *fencingtest.Cluster, name string) []election.Candidate {
+	t.Helper()
+	cs, err := election.ReadCandidates(fencingtest.Context(t, wait), c.Admin, c.Root, name)
+	if err != nil {
+		t.Fatalf("ReadCandidates %q: %v", name, err)
+	}
+	return cs
+}

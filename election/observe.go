@@ -30,15 +30,15 @@ type Observation struct {
 
 // Candidate is a ranked candidate of an election, as its record in etcd says.
 type Candidate struct {
-	Key string // its record: <root><name>#candidate/<lease>-0
-	ID  string // its session's identity (fencing.WithIdentity)
+	Key string `json:"key"` // its record: <root><name>#candidate/<lease>-0
+	ID  string `json:"id"`  // its session's identity (fencing.WithIdentity)
 	// Priority is compared level by level, a prefix ranking lower.
-	Priority []int64
+	Priority []int64 `json:"priority"`
 	// Drain says it asked to rank below every candidate not drained.
-	Drain bool
+	Drain bool `json:"drain,omitempty"`
 	// Preferred says no live candidate ranks above it: only a preferred
 	// candidate campaigns, and a leader that is not preferred gives way.
-	Preferred bool
+	Preferred bool `json:"preferred"`
 }
 
 // Observe sends the current state first (Leader nil when nobody leads), then

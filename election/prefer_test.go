@@ -124,7 +124,7 @@ func (f *fleet) waitCandidates(ids ...string) {
 	slices.Sort(ids)
 	fencingtest.WaitFor(f.t, wait, fmt.Sprintf("candidates %v", ids), func() bool {
 		var live []string
-		for _, c := range f.c.Queue(f.t, fencing.KindElection, fleetName).Candidates {
+		for _, c := range candidatesOf(f.t, f.c, fleetName) {
 			live = append(live, c.ID)
 		}
 		slices.Sort(live)
@@ -410,7 +410,7 @@ func TestPriorityRejectsBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the same priority twice: %v", err)
 	}
-	if q := c.Queue(t, fencing.KindElection, fleetName); len(q.Entries)+len(q.Candidates) > 0 {
+	if q := c.Queue(t, fencing.KindElection, fleetName); len(q.Entries)+len(candidatesOf(t, c, fleetName)) > 0 {
 		t.Fatalf("keys left after Runs that returned: %+v", q)
 	}
 }
@@ -423,7 +423,7 @@ func TestCandidateRecordWrittenAgainAfterDelete(t *testing.T) {
 	f := newFleet(t, c)
 	f.lowThenHigh()
 	var key string
-	for _, cand := range c.Queue(t, fencing.KindElection, fleetName).Candidates {
+	for _, cand := range candidatesOf(t, c, fleetName) {
 		if cand.ID == "high" {
 			key = cand.Key
 		}
@@ -431,7 +431,7 @@ func TestCandidateRecordWrittenAgainAfterDelete(t *testing.T) {
 	c.Delete(t, key)
 	fencingtest.WaitFor(t, wait, "high's record written again, low not queued", func() bool {
 		q := c.Queue(t, fencing.KindElection, fleetName)
-		return len(q.Candidates) == 2 && len(q.Entries) == 1
+		return len(candidatesOf(t, c, fleetName)) == 2 && len(q.Entries) == 1
 	})
 	f.check("low", "high")
 }
@@ -530,7 +530,7 @@ func TestRankedGaveWayResignFails(t *testing.T) {
 	// and waits without a key in the queue.
 	fencingtest.WaitFor(t, wait, "low's next record, and no key queued", func() bool {
 		q := c.Queue(t, fencing.KindElection, fleetName)
-		return len(q.Candidates) == 2 && len(q.Entries) == 0
+		return len(candidatesOf(t, c, fleetName)) == 2 && len(q.Entries) == 0
 	})
 	if err := high.Close(fencingtest.Context(t, wait)); err != nil { // its record goes with its lease
 		t.Fatal(err)
@@ -607,7 +607,7 @@ func TestPreferredRecordGoesWithEnqueue(t *testing.T) {
 			f.start("high", c.Client(t, r.Option()), election.Priority(2))
 			f.waitLeader("high")
 			var record, key int64
-			for _, cand := range c.Queue(t, fencing.KindElection, fleetName).Candidates {
+			for _, cand := range candidatesOf(t, c, fleetName) {
 				if cand.ID == "high" {
 					record = createRevision(t, c, cand.Key)
 				}
@@ -739,7 +739,7 @@ func TestSuccessorSeesViewChangeWhileJudging(t *testing.T) {
 	defer election.JoinCandidates(mid, fleetName, 2)()
 	e := newElection(t, mid, fleetName)
 	fencingtest.WaitFor(t, wait, "the records of top and mid", func() bool {
-		return len(c.Queue(t, fencing.KindElection, fleetName).Candidates) == 2
+		return len(candidatesOf(t, c, fleetName)) == 2
 	})
 
 	// The wait's first judging (no one behind) waits for the view to hold

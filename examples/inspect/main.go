@@ -53,6 +53,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/examples/internal/connect"
 	"github.com/leasehold/leasehold/examples/internal/program"
 	"github.com/leasehold/leasehold/fencing"
@@ -274,15 +275,34 @@ func hintOtherKind(ctx context.Context, cli *clientv3.Client, c config, stderr i
 	}
 }
 
+// shown is a queue as the program shows it: an election's with its ranked
+// candidates (read after the queue, at a revision of their own).
+type shown struct {
+	inspect.Queue
+	Candidates []election.Candidate `json:"candidates,omitempty"`
+}
+
 // read returns the queues the command line asks for.
-func read(ctx context.Context, cli *clientv3.Client, c config) ([]inspect.Queue, error) {
+func read(ctx context.Context, cli *clientv3.Client, c config) ([]shown, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	var qs []inspect.Queue
+	var err error
 	if c.name == "" {
-		return inspect.ReadPrefix(ctx, cli, c.root, fencing.Kind(c.kind), c.prefix)
+		qs, err = inspect.ReadPrefix(ctx, cli, c.root, fencing.Kind(c.kind), c.prefix)
+	} else {
+		var q inspect.Queue
+		q, err = inspect.Read(ctx, cli, c.root, fencing.Kind(c.kind), c.name)
+		qs = []inspect.Queue{q}
 	}
-	q, err := inspect.Read(ctx, cli, c.root, fencing.Kind(c.kind), c.name)
-	return []inspect.Queue{q}, err
+	out := make([]shown, len(qs))
+	for i := 0; err == nil && i < len(qs); i++ {
+		out[i].Queue = qs[i]
+		if qs[i].Kind == fencing.KindElection {
+			out[i].Candidates, err = election.ReadCandidates(ctx, cli, c.root, qs[i].Name)
+		}
+	}
+	return out, err
 }
 
 // keyRange is the etcd key prefix of what the command line asks for: for a
@@ -303,7 +323,7 @@ func show(ctx context.Context, cli *clientv3.Client, c config, s *screen) error 
 	if c.group != "" {
 		rctx, cancel := context.WithTimeout(ctx, c.timeout)
 		defer cancel()
-		g, err := inspect.ReadGroup(rctx, cli, c.root, c.group)
+		g, err := election.ReadGroup(rctx, cli, c.root, c.group)
 		if err != nil {
 			return err
 		}

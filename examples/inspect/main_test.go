@@ -353,12 +353,12 @@ func replica(t *testing.T, c *fencingtest.Cluster, group, id string, names []str
 
 // waitGroup waits until group has replicas members and every name is led
 // by the replica the group assigns it to, and returns it.
-func waitGroup(t *testing.T, c *fencingtest.Cluster, group string, replicas int) inspect.Group {
+func waitGroup(t *testing.T, c *fencingtest.Cluster, group string, replicas int) election.Group {
 	t.Helper()
-	var g inspect.Group
+	var g election.Group
 	fencingtest.WaitFor(t, fencingtest.Wait, fmt.Sprintf("%d replicas, balanced", replicas), func() bool {
 		var err error
-		g, err = inspect.ReadGroup(t.Context(), c.Admin, fencing.DefaultRoot, group)
+		g, err = election.ReadGroup(t.Context(), c.Admin, fencing.DefaultRoot, group)
 		return err == nil && len(g.Replicas) == replicas && g.Misplaced == 0
 	})
 	return g
@@ -398,7 +398,7 @@ func TestProgramShowsGroup(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != 1 {
 		t.Fatalf("-o json: exit %d, want one line:\n%s\n%s", code, out, stderr)
 	}
-	var got inspect.Group
+	var got election.Group
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -544,9 +544,9 @@ func TestProgramShowsCandidates(t *testing.T) {
 		})
 	}
 	fencingtest.WaitFor(t, fencingtest.Wait, "new leading, both candidates live", func() bool {
-		q := c.Queue(t, fencing.KindElection, "svc")
-		o, ok := q.Owner()
-		return ok && o.Value == "new" && len(q.Candidates) == 2
+		o, ok := c.Queue(t, fencing.KindElection, "svc").Owner()
+		cs, err := election.ReadCandidates(t.Context(), c.Admin, c.Root, "svc")
+		return ok && o.Value == "new" && err == nil && len(cs) == 2
 	})
 	code, out, stderr := progtest.Run(t, time.Minute, nil, "--endpoints", c.Endpoints()[0], "--kind", "election", "svc")
 	if code != 0 {

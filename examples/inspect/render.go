@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/inspect"
 )
@@ -34,7 +35,7 @@ func newScreen(w io.Writer, output string, log *slog.Logger) *screen {
 	return s
 }
 
-func (s *screen) draw(qs []inspect.Queue, now time.Time) error {
+func (s *screen) draw(qs []shown, now time.Time) error {
 	return s.frame(qs, now, func(b *strings.Builder) {
 		if len(qs) == 0 {
 			b.WriteString("nothing held or awaited\n")
@@ -45,7 +46,7 @@ func (s *screen) draw(qs []inspect.Queue, now time.Time) error {
 	})
 }
 
-func (s *screen) drawGroup(g inspect.Group, now time.Time) error {
+func (s *screen) drawGroup(g election.Group, now time.Time) error {
 	return s.frame(g, now, func(b *strings.Builder) { groupTable(b, g) })
 }
 
@@ -80,7 +81,7 @@ func (s *screen) problem(err error) {
 }
 
 // table prints one queue: the holders first, then the waiters in order.
-func table(b *strings.Builder, q inspect.Queue) {
+func table(b *strings.Builder, q shown) {
 	fmt.Fprintf(b, "\n%s %q at revision %d: ", q.Kind, q.Name, q.Revision)
 	defer candidates(b, q.Candidates)
 	if len(q.Entries) == 0 {
@@ -110,7 +111,7 @@ func table(b *strings.Builder, q inspect.Queue) {
 
 // candidates prints an election's ranked candidates, if any: their
 // priority, and which are preferred (only those campaign).
-func candidates(b *strings.Builder, cs []inspect.Candidate) {
+func candidates(b *strings.Builder, cs []election.Candidate) {
 	if len(cs) == 0 {
 		return
 	}
@@ -156,7 +157,7 @@ func role(kind fencing.Kind, e inspect.Entry) string {
 
 // groupTable prints a group: a summary, its replicas in the order they
 // joined, then its names.
-func groupTable(b *strings.Builder, g inspect.Group) {
+func groupTable(b *strings.Builder, g election.Group) {
 	fmt.Fprintf(b, "\ngroup %q at revision %d: replicas %d, names %d, cap %d, misplaced %d, excess %d\n",
 		g.Name, g.Revision, len(g.Replicas), len(g.Names), g.Cap, g.Misplaced, g.Excess)
 	if len(g.Replicas) == 0 {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keyspace"
-	"github.com/leasehold/leasehold/internal/rank"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,9 +27,9 @@ import (
 // KeyPrefix returns the prefix of every etcd key of the queue of kind
 // called name under root, and of no other key: the lock (fencing.KindLock),
 // semaphore (KindSemaphore), read-write lock (KindRWLock) or election
-// (KindElection) of that name. Use it to watch or list one queue.
-// fencing.Kind(keyspace.KindGroup) gives the membership keys of the election.RunGroup
-// group called name. Kind "" gives the range of every key of the name:
+// (KindElection) of that name. Use it to watch or list one queue. Kind
+// "group" gives the membership keys of the election.RunGroup group called
+// name. Kind "" gives the range of every key of the name:
 // every queue, a group's members, and any key an application keeps about
 // the name; grant it to give a service one name (etcdctl role
 // grant-permission --prefix ROLE readwrite PREFIX). A bad root or kind
@@ -72,23 +71,6 @@ type Queue struct {
 	// Limit is a semaphore's number of permits, as its oldest key records
 	// it; 0 for the other kinds.
 	Limit int `json:"limit,omitempty"`
-	// Candidates are an election's ranked candidates (election.Priority,
-	// election.WithDrain), live ones only, by key; empty for the other
-	// kinds.
-	Candidates []Candidate `json:"candidates,omitempty"`
-}
-
-// Candidate is a ranked candidate of an election, as its record says.
-type Candidate struct {
-	Key string `json:"key"` // its record: <root><name>#candidate/<lease>-0
-	ID  string `json:"id"`  // its session's identity
-	// Priority is compared level by level, a prefix ranking lower.
-	Priority []int64 `json:"priority"`
-	// Drain says it asked to rank below every candidate not drained.
-	Drain bool `json:"drain,omitempty"`
-	// Preferred says no live candidate ranks above it: only preferred
-	// candidates campaign, and a leader that is not preferred gives way.
-	Preferred bool `json:"preferred"`
 }
 
 // Entry is one key of a queue: the owner, or a waiter.
@@ -196,7 +178,6 @@ func (q Queue) pick(holds bool) []Entry {
 // its keys under prefix.
 func (q *Queue) roles(prefix string) {
 	writerAhead, mixed := false, false
-	q.rank()
 	for i := range q.Entries {
 		e := &q.Entries[i]
 		dir, _, _ := strings.Cut(strings.TrimPrefix(e.Key, prefix), "/")
@@ -218,17 +199,6 @@ func (q *Queue) roles(prefix string) {
 	}
 }
 
-// rank marks the candidates no other ranks above, as election.Run does.
-func (q *Queue) rank() {
-	rs := make(map[string]rank.Record, len(q.Candidates))
-	for _, c := range q.Candidates {
-		rs[c.Key] = rank.Record{Key: c.Key, Priority: c.Priority, Drain: c.Drain}
-	}
-	for i := range q.Candidates {
-		q.Candidates[i].Preferred = rank.Preferred(rs, rs[q.Candidates[i].Key])
-	}
-}
-
 // Read returns the queue of the lock (fencing.KindLock), election
 // (fencing.KindElection), semaphore (fencing.KindSemaphore) or read-write
 // lock (fencing.KindRWLock) called name under root, in one linearizable read of
@@ -244,9 +214,6 @@ func Read(ctx context.Context, cli *clientv3.Client, root string, kind fencing.K
 		return Queue{}, fmt.Errorf("inspect: Read: %w", err)
 	}
 	prefix := keyspace.Prefix(root, string(kind), name)
-	if kind == fencing.KindElection { // and its candidates' records, next to it
-		prefix = keyspace.Prefix(root, "", name)
-	}
 	qs, rev, err := inspect(ctx, cli, root, prefix, kind)
 	if err != nil {
 		return Queue{}, err
@@ -335,11 +302,6 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 	for _, kv := range resp.Kvs {
 		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
 		switch {
-		case ok && kind == keyspace.KindCandidate && (only == "" || only == fencing.KindElection):
-			if r, err := rank.Decode(string(kv.Key), kv.Value); err == nil {
-				q := queue(fencing.KindElection, name)
-				q.Candidates = append(q.Candidates, Candidate{Key: r.Key, ID: r.ID, Priority: r.Priority, Drain: r.Drain})
-			}
 		case !ok || !slices.Contains(queueKinds, fencing.Kind(kind)) || (only != "" && kind != string(only)):
 			continue // not a queue key: someone else's, under the root
 		default:

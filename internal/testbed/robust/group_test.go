@@ -13,7 +13,6 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
-	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
@@ -99,12 +98,12 @@ func TestGroupUnderFaults(t *testing.T) {
 // waitGroupBalanced waits until inspect reports n replicas, every name led by
 // the replica the group assigns it to, none over its cap.
 func waitGroupBalanced(t *testing.T, c *fencingtest.Cluster, n int) {
-	var last inspect.Group
+	var last election.Group
 	var lastErr error
 	fencingtest.WaitFor(t, time.Minute, fmt.Sprintf("the group balanced over %d replicas", n), func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
-		last, lastErr = inspect.ReadGroup(ctx, c.Admin, fencing.DefaultRoot, groupName)
+		last, lastErr = election.ReadGroup(ctx, c.Admin, fencing.DefaultRoot, groupName)
 		if lastErr != nil || len(last.Replicas) != n || last.Misplaced != 0 || len(last.Names) != groupNames {
 			return false
 		}

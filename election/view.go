@@ -1,4 +1,4 @@
-package inspect
+package election
 
 import (
 	"context"
@@ -7,15 +7,59 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/assign"
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/rank"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Group is an election.RunGroup group as ReadGroup found it: its replicas,
+// The operator's view of what Run and RunGroup keep in etcd beside the
+// election queues that package inspect reads: ranked candidates and groups.
+// Each takes a client and a root, and writes nothing.
+
+// ReadCandidates returns the live ranked candidates of the election name
+// under root (Priority, WithDrain), by key, each marked Preferred as Run
+// judges it, from one read of their records; none when no replica ranks
+// itself. A bad argument returns fencing.ErrInvalidArgument, a bad name
+// fencing.ErrInvalidName.
+func ReadCandidates(ctx context.Context, cli *clientv3.Client, root, name string) ([]Candidate, error) {
+	if err := readable(ctx, cli, root, name); err != nil {
+		return nil, fmt.Errorf("election: ReadCandidates: %w", err)
+	}
+	prefix := keyspace.Prefix(root, keyspace.KindCandidate, name)
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("election: ReadCandidates %q: %w", name, err)
+	}
+	rs := map[string]rank.Record{}
+	for _, kv := range resp.Kvs {
+		if r, err := rank.Decode(string(kv.Key), kv.Value); err == nil {
+			rs[r.Key] = r
+		}
+	}
+	return candidates(rs), nil
+}
+
+// readable checks the arguments of a read.
+func readable(ctx context.Context, cli *clientv3.Client, root, name string) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
+	case cli == nil:
+		return fmt.Errorf("%w: nil client", fencing.ErrInvalidArgument)
+	}
+	if err := keyspace.ValidateRoot(root); err != nil {
+		return fmt.Errorf("%w: %w", fencing.ErrInvalidArgument, err)
+	}
+	return keyspace.ValidateName(name)
+}
+
+// Group is a RunGroup group as ReadGroup found it: its replicas,
 // its names, which replica the group assigns each name to, and which one
 // leads it.
 type Group struct {
@@ -61,29 +105,38 @@ type Replica struct {
 	// replicas are given none while higher ones list them).
 	Cap int `json:"cap"`
 	// Priority, Drain and Weight are its rank and share as it set them
-	// (election.Priority, WithDrain, Weight); empty, false and 1 when
+	// (Priority, WithDrain, Weight); empty, false and 1 when
 	// unset, or for a replica of a version that has none.
 	Priority []int64 `json:"priority,omitempty"`
 	Drain    bool    `json:"drain,omitempty"`
 	Weight   int     `json:"weight"`
 }
 
-type replicaJSON struct {
-	*replicaAlias
-	Lease string `json:"lease"`
-}
-
-type replicaAlias Replica
-
-// MarshalJSON writes the replica with its lease in hex.
+// MarshalJSON writes the replica with its lease in hex, as etcdctl does.
 func (r Replica) MarshalJSON() ([]byte, error) {
-	return json.Marshal(replicaJSON{(*replicaAlias)(&r), formatLease(r.Lease)})
+	type plain Replica
+	return json.Marshal(struct {
+		plain
+		Lease string `json:"lease"`
+	}{plain(r), strconv.FormatInt(int64(r.Lease), 16)})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (r *Replica) UnmarshalJSON(b []byte) error {
-	v := replicaJSON{replicaAlias: (*replicaAlias)(r)}
-	return decodeLeased(b, &v, &v.Lease, &r.Lease)
+	type plain Replica
+	v := struct {
+		*plain
+		Lease string `json:"lease"`
+	}{plain: (*plain)(r)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(v.Lease, 16, 64)
+	if err != nil {
+		return fmt.Errorf("election: lease %q: %w", v.Lease, err)
+	}
+	r.Lease = clientv3.LeaseID(id)
+	return nil
 }
 
 // GroupName is one name of a group: who should lead it, and who does.
@@ -96,7 +149,7 @@ type GroupName struct {
 	// leads it. Its Value is the leading replica's identity and its Lease
 	// that replica's Lease. ReadGroup reads no lease TTLs: TTL, GrantedTTL
 	// and Expired are zero.
-	Leader *Entry `json:"leader"`
+	Leader *inspect.Entry `json:"leader"`
 }
 
 // leaderBatch is how many names' leaders one txn reads: etcd refuses txns
@@ -107,7 +160,8 @@ const leaderBatch = 64
 // removed the revision it reads the leaders at.
 const groupReads = 3
 
-// ReadGroup returns the election.RunGroup group called group under root:
+// ReadGroup returns the RunGroup group called group under root, the view
+// of an operator (cmd inspect):
 // its replicas, as their membership keys say, each name's leader, and how
 // far the group is from balanced (Group.Misplaced, Group.Excess). It reads
 // the members with one Get, then the leaders at that Get's revision, in
@@ -117,12 +171,8 @@ const groupReads = 3
 // and no names. ReadGroup writes nothing. A bad argument returns
 // fencing.ErrInvalidArgument, a bad group name fencing.ErrInvalidName.
 func ReadGroup(ctx context.Context, cli *clientv3.Client, root, group string) (Group, error) {
-	err := usable(ctx, cli, root, fencing.Kind(keyspace.KindGroup), fencing.Kind(keyspace.KindGroup))
-	if err == nil {
-		err = keyspace.ValidateName(group)
-	}
-	if err != nil {
-		return Group{}, fmt.Errorf("inspect: ReadGroup: %w", err)
+	if err := readable(ctx, cli, root, group); err != nil {
+		return Group{}, fmt.Errorf("election: ReadGroup: %w", err)
 	}
 	for attempt := 1; ; attempt++ {
 		g, err := readGroup(ctx, cli, root, group)
@@ -137,7 +187,7 @@ func readGroup(ctx context.Context, cli *clientv3.Client, root, group string) (G
 	prefix := keyspace.Prefix(root, keyspace.KindGroup, group)
 	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return Group{}, fmt.Errorf("inspect: ReadGroup %q: read %q: %w", group, prefix, err)
+		return Group{}, fmt.Errorf("election: ReadGroup %q: read %q: %w", group, prefix, err)
 	}
 	g := Group{Name: group, Revision: resp.Header.Revision, Replicas: []Replica{}, Names: []GroupName{}}
 	var members []assign.Member
@@ -155,7 +205,7 @@ func readGroup(ctx context.Context, cli *clientv3.Client, root, group string) (G
 	names := slices.Sorted(maps.Keys(assigned))
 	leaders, err := readLeaders(ctx, cli, root, names, g.Revision)
 	if err != nil {
-		return Group{}, fmt.Errorf("inspect: ReadGroup %q: %w", group, err)
+		return Group{}, fmt.Errorf("election: ReadGroup %q: %w", group, err)
 	}
 	byKey := map[string]int{}                       // replica index by membership key
 	byLease := map[clientv3.LeaseID]int{}           // replica index by lease
@@ -193,8 +243,8 @@ func readGroup(ctx context.Context, cli *clientv3.Client, root, group string) (G
 
 // readLeaders returns the owner of each name's election at revision rev,
 // leaderBatch names per txn; a name nobody leads is left out.
-func readLeaders(ctx context.Context, cli *clientv3.Client, root string, names []string, rev int64) (map[string]*Entry, error) {
-	out := make(map[string]*Entry, len(names))
+func readLeaders(ctx context.Context, cli *clientv3.Client, root string, names []string, rev int64) (map[string]*inspect.Entry, error) {
+	out := make(map[string]*inspect.Entry, len(names))
 	for batch := range slices.Chunk(names, leaderBatch) {
 		ops := make([]clientv3.Op, len(batch))
 		for i, n := range batch {
@@ -207,8 +257,9 @@ func readLeaders(ctx context.Context, cli *clientv3.Client, root string, names [
 		}
 		for i, r := range resp.Responses {
 			if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
-				e := entryOf(batch[i], kvs[0], resp.Header.GetClusterId())
-				out[batch[i]] = &e
+				kv := kvs[0]
+				out[batch[i]] = &inspect.Entry{Key: string(kv.Key), Value: string(kv.Value), Lease: clientv3.LeaseID(kv.Lease),
+					Token: fencing.Token{Name: batch[i], Revision: kv.CreateRevision, Cluster: resp.Header.GetClusterId()}}
 			}
 		}
 	}

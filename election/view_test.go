@@ -1,4 +1,4 @@
-package inspect_test
+package election_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
@@ -33,9 +34,9 @@ func jobNames(t *testing.T, n int) []string {
 }
 
 // readGroup reads group, failing t on an error.
-func readGroup(t *testing.T, c *fencingtest.Cluster, group string) inspect.Group {
+func readGroup(t *testing.T, c *fencingtest.Cluster, group string) election.Group {
 	t.Helper()
-	g, err := inspect.ReadGroup(fencingtest.Context(t, wait), c.Admin, root, group)
+	g, err := election.ReadGroup(fencingtest.Context(t, wait), c.Admin, fencing.DefaultRoot, group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func readGroup(t *testing.T, c *fencingtest.Cluster, group string) inspect.Group
 
 // balanced reports whether g has exactly the replicas ids, in join order,
 // and names, each led by a replica, none beyond the cap.
-func balanced(g inspect.Group, names []string, ids ...string) bool {
+func balanced(g election.Group, names []string, ids ...string) bool {
 	if g.Misplaced != 0 || g.Excess != 0 || len(g.Replicas) != len(ids) || len(g.Names) != len(names) {
 		return false
 	}
@@ -73,7 +74,7 @@ func TestReadGroupFollowsBalance(t *testing.T) {
 		return balanced(readGroup(t, c, "workers"), names, "replica-a")
 	})
 	runReplica(t, c, "workers", "replica-b", names)
-	var g inspect.Group
+	var g election.Group
 	fencingtest.WaitFor(t, wait, "two replicas, balanced", func() bool {
 		g = readGroup(t, c, "workers")
 		return balanced(g, names, "replica-a", "replica-b")
@@ -82,15 +83,15 @@ func TestReadGroupFollowsBalance(t *testing.T) {
 		t.Fatalf("group %+v; want cap 5, a revision, name workers", g)
 	}
 	for _, n := range g.Names {
-		queue, _ := inspect.KeyPrefix(root, fencing.KindElection, n.Name)
-		r := g.Replicas[slices.IndexFunc(g.Replicas, func(r inspect.Replica) bool { return r.Identity == n.Leader.Value })]
+		queue, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindElection, n.Name)
+		r := g.Replicas[slices.IndexFunc(g.Replicas, func(r election.Replica) bool { return r.Identity == n.Leader.Value })]
 		if n.Leader.Lease != r.Lease || n.Leader.Token.Name != n.Name || n.Leader.Token.Revision <= 0 ||
 			!strings.HasPrefix(n.Leader.Key, queue) {
 			t.Errorf("name %s: leader %+v; want the key of %s's lease %x", n.Name, n.Leader, r.Identity, int64(r.Lease))
 		}
 	}
-	member, _ := inspect.KeyPrefix(root, fencing.Kind(keyspace.KindGroup), "workers")
-	if member != root+"workers#group/" || !strings.HasPrefix(g.Replicas[0].Key, member) {
+	member, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.Kind(keyspace.KindGroup), "workers")
+	if member != fencing.DefaultRoot+"workers#group/" || !strings.HasPrefix(g.Replicas[0].Key, member) {
 		t.Errorf("membership prefix %q, key %q", member, g.Replicas[0].Key)
 	}
 
@@ -119,12 +120,12 @@ func TestReadGroupReadsManyNames(t *testing.T) {
 func TestReadGroupSkipsForeignKeysAndRoundTrips(t *testing.T) {
 	c := fencingtest.Single(t)
 	names := jobNames(t, 3)
-	member, _ := inspect.KeyPrefix(root, fencing.Kind(keyspace.KindGroup), "mixed")
+	member, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.Kind(keyspace.KindGroup), "mixed")
 	if _, err := c.Admin.Put(fencingtest.Context(t, wait), member+"not-a-member", "not JSON"); err != nil {
 		t.Fatal(err)
 	}
 	runReplica(t, c, "mixed", "replica-a", names)
-	var g inspect.Group
+	var g election.Group
 	fencingtest.WaitFor(t, wait, "replica-a to lead every name", func() bool {
 		g = readGroup(t, c, "mixed")
 		return balanced(g, names, "replica-a")
@@ -137,18 +138,20 @@ func TestReadGroupSkipsForeignKeysAndRoundTrips(t *testing.T) {
 	if !strings.Contains(string(b), lease) || !strings.Contains(string(b), `"declined":[]`) {
 		t.Errorf("JSON %s lacks %s or an empty declined list", b, lease)
 	}
-	var back inspect.Group
+	var back election.Group
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(back, g) {
 		t.Fatalf("JSON round trip changed the group:\n%+v\n%+v", g, back)
 	}
-	if err := json.Unmarshal([]byte(`{"lease":"zz"}`), &inspect.Replica{}); err == nil {
+	if err := json.Unmarshal([]byte(`{"lease":"zz"}`), &election.Replica{}); err == nil {
 		t.Error("a lease that is not hex was accepted")
 	}
 }
 
+// ReadGroup and ReadCandidates refuse bad input with a sentinel and a
+// message that names them, and read nothing.
 func TestReadGroupRejectsBadInput(t *testing.T) {
 	c := fencingtest.Single(t)
 	ctx := fencingtest.Context(t, wait)
@@ -159,28 +162,37 @@ func TestReadGroupRejectsBadInput(t *testing.T) {
 		root, name string
 		want       error
 	}{
-		{"nil context", nilCtx, root, "g", fencing.ErrInvalidArgument},
+		{"nil context", nilCtx, fencing.DefaultRoot, "g", fencing.ErrInvalidArgument},
 		{"empty root", ctx, "", "g", fencing.ErrInvalidArgument},
 		{"bad root", ctx, "bad\x00root", "g", fencing.ErrInvalidArgument},
-		{"empty group", ctx, root, "", fencing.ErrInvalidName},
-		{"group with #", ctx, root, "a#b", fencing.ErrInvalidName},
+		{"empty group", ctx, fencing.DefaultRoot, "", fencing.ErrInvalidName},
+		{"group with #", ctx, fencing.DefaultRoot, "a#b", fencing.ErrInvalidName},
 	} {
-		_, err := inspect.ReadGroup(tc.ctx, c.Admin, tc.root, tc.name)
-		if !errors.Is(err, tc.want) {
-			t.Errorf("ReadGroup with %s: %v; want %v", tc.what, err, tc.want)
-		}
-		etcdtest.NamesPackageOnce(t, "inspect", err)
-		if err != nil && !strings.HasPrefix(err.Error(), "inspect: ReadGroup") {
-			t.Errorf("ReadGroup with %s: %q does not name ReadGroup", tc.what, err)
+		_, err := election.ReadGroup(tc.ctx, c.Admin, tc.root, tc.name)
+		_, cerr := election.ReadCandidates(tc.ctx, c.Admin, tc.root, tc.name)
+		for call, err := range map[string]error{"ReadGroup": err, "ReadCandidates": cerr} {
+			if !errors.Is(err, tc.want) {
+				t.Errorf("%s with %s: %v; want %v", call, tc.what, err, tc.want)
+			}
+			etcdtest.NamesPackageOnce(t, "election", err)
+			if err != nil && !strings.HasPrefix(err.Error(), "election: "+call) {
+				t.Errorf("%s with %s: %q does not name %s", call, tc.what, err, call)
+			}
 		}
 	}
-	if _, err := inspect.ReadGroup(ctx, nil, root, "g"); !errors.Is(err, fencing.ErrInvalidArgument) {
+	if _, err := election.ReadCandidates(ctx, nil, fencing.DefaultRoot, "g"); !errors.Is(err, fencing.ErrInvalidArgument) {
+		t.Errorf("ReadCandidates with a nil client: %v", err)
+	}
+	if cs, err := election.ReadCandidates(ctx, c.Admin, fencing.DefaultRoot, "nobody"); err != nil || cs != nil {
+		t.Errorf("ReadCandidates of an election with no ranked candidate = %v, %v; want none", cs, err)
+	}
+	if _, err := election.ReadGroup(ctx, nil, fencing.DefaultRoot, "g"); !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Errorf("ReadGroup with a nil client: %v", err)
 	}
-	if _, err := inspect.Read(ctx, c.Admin, root, fencing.Kind(keyspace.KindGroup), "g"); !errors.Is(err, fencing.ErrInvalidArgument) {
+	if _, err := inspect.Read(ctx, c.Admin, fencing.DefaultRoot, fencing.Kind(keyspace.KindGroup), "g"); !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Errorf("Read of a group: %v; want ErrInvalidArgument (a group is no queue)", err)
 	}
-	g, err := inspect.ReadGroup(ctx, c.Admin, root, "nobody")
+	g, err := election.ReadGroup(ctx, c.Admin, fencing.DefaultRoot, "nobody")
 	if err != nil || g.Name != "nobody" || g.Revision == 0 || len(g.Replicas) != 0 || len(g.Names) != 0 || g.Misplaced != 0 {
 		t.Errorf("ReadGroup of a group with no members = %+v, %v", g, err)
 	}
