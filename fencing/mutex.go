@@ -40,9 +40,6 @@ func NewMutex(s *Session, name string) (*Mutex, error) {
 	return &Mutex{s: s, name: name, q: revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindLock), name), Latency: s.link.Latency, Watches: s.link.Watches}}, nil
 }
 
-// Name returns the lock's name.
-func (m *Mutex) Name() string { return m.name }
-
 // Lock blocks until this call owns the lock and returns its Hold. On success
 // the hold's key existed, on the session's live lease, at a revision where
 // it was the oldest in the queue.

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
@@ -158,13 +159,13 @@ func TestNamesAreIsolated(t *testing.T) {
 func TestInvalidNamesRejected(t *testing.T) {
 	c := fencingtest.Single(t)
 	s := newSession(t, c.Client(t))
-	for _, name := range []string{"", "a\x00", "\x00", "a\x00b", "\xff", strings.Repeat("x", fencing.MaxNameLen+1)} {
+	for _, name := range []string{"", "a\x00", "\x00", "a\x00b", "\xff", strings.Repeat("x", keyspace.MaxNameLen+1)} {
 		if _, err := fencing.NewMutex(s, name); !errors.Is(err, fencing.ErrInvalidName) {
 			t.Errorf("NewMutex(%q): %v; want ErrInvalidName", name, err)
 		}
 	}
-	if _, err := fencing.NewMutex(s, strings.Repeat("x", fencing.MaxNameLen)); err != nil {
-		t.Errorf("NewMutex(%d bytes): %v", fencing.MaxNameLen, err)
+	if _, err := fencing.NewMutex(s, strings.Repeat("x", keyspace.MaxNameLen)); err != nil {
+		t.Errorf("NewMutex(%d bytes): %v", keyspace.MaxNameLen, err)
 	}
 	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys written for invalid names: %q", keys)
@@ -219,11 +220,12 @@ func TestUnlockAfterKeyDeletedIsNotHeld(t *testing.T) {
 	}
 }
 
-// waiter starts m.Lock in the background once the lock is held, and returns
-// when the waiter's key is queued.
-func waiter(t *testing.T, c *fencingtest.Cluster, m *fencing.Mutex, ctx context.Context) <-chan error {
+// waiter starts the Lock of name on s in the background once the lock is
+// held, and returns when the waiter's key is queued.
+func waiter(t *testing.T, c *fencingtest.Cluster, s *fencing.Session, name string, ctx context.Context) <-chan error {
 	t.Helper()
-	before := len(etcdtest.LockKeys(t, c, m.Name()))
+	m := newMutex(t, s, name)
+	before := len(etcdtest.LockKeys(t, c, name))
 	errc := make(chan error, 1)
 	go func() {
 		h, err := m.Lock(ctx)
@@ -232,7 +234,7 @@ func waiter(t *testing.T, c *fencingtest.Cluster, m *fencing.Mutex, ctx context.
 		}
 		errc <- err
 	}()
-	fencingtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(etcdtest.LockKeys(t, c, m.Name())) > before })
+	fencingtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(etcdtest.LockKeys(t, c, name)) > before })
 	return errc
 }
 
@@ -241,7 +243,7 @@ func TestCancelledLockLeavesNoKey(t *testing.T) {
 	c := fencingtest.Single(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "cancel"))
 	ctx, cancel := context.WithCancel(t.Context())
-	errc := waiter(t, c, newMutex(t, newSession(t, c.Client(t)), "cancel"), ctx)
+	errc := waiter(t, c, newSession(t, c.Client(t)), "cancel", ctx)
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v; want context.Canceled", err)
@@ -256,7 +258,7 @@ func TestLockFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
 	c := fencingtest.Single(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "revoke"))
 	s := newSession(t, c.Client(t), fencing.WithTTL(2*time.Second))
-	errc := waiter(t, c, newMutex(t, s, "revoke"), fencingtest.Context(t, wait))
+	errc := waiter(t, c, s, "revoke", fencingtest.Context(t, wait))
 	c.Revoke(t, s.Lease())
 	if err := <-errc; !errors.Is(err, fencing.ErrSessionExpired) || !errors.Is(err, fencing.ErrLeaseExpired) {
 		t.Fatalf("Lock with revoked lease: %v; want ErrSessionExpired wrapping ErrLeaseExpired", err)
@@ -271,7 +273,7 @@ func TestLockFailsWhenLeaseRevokedWhileWaiting(t *testing.T) {
 func TestLockFailsWhenKeyDeletedWhileWaiting(t *testing.T) {
 	c := fencingtest.Single(t)
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "opdelete"))
-	errc := waiter(t, c, newMutex(t, newSession(t, c.Client(t)), "opdelete"), fencingtest.Context(t, wait))
+	errc := waiter(t, c, newSession(t, c.Client(t)), "opdelete", fencingtest.Context(t, wait))
 	for _, k := range etcdtest.LockKeys(t, c, "opdelete") {
 		if k != holder.Key() {
 			c.Delete(t, k)
@@ -296,7 +298,7 @@ func TestWaitSurvivesCompactionAndReconnect(t *testing.T) {
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t)), "compact"))
 	var ctr etcdtest.Counter
 	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
-	errc := waiter(t, c, newMutex(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact"), fencingtest.Context(t, wait))
+	errc := waiter(t, c, newSession(t, cli, fencing.WithTTL(30*time.Second)), "compact", fencingtest.Context(t, wait))
 	// Stop the member only once the waiter watches: a stop that loses the
 	// enqueue's reply fails the Lock instead, as it should.
 	fencingtest.WaitFor(t, wait, "the waiter to watch", func() bool { return ctr.Requests("Watch") >= 1 })
@@ -335,7 +337,7 @@ func TestWaitSurvivesLostQuorum(t *testing.T) {
 	holder := lock(t, newMutex(t, newSession(t, c.Client(t), fencing.WithTTL(30*time.Second)), "quorum"))
 	var ctr etcdtest.Counter
 	cli := fencingtest.NewClient(t, []string{c.Members[0].ClientURL.String()}, etcdtest.WithCounter(&ctr))
-	errc := waiter(t, c, newMutex(t, newSession(t, cli, fencing.WithTTL(30*time.Second)), "quorum"), fencingtest.Context(t, 2*wait))
+	errc := waiter(t, c, newSession(t, cli, fencing.WithTTL(30*time.Second)), "quorum", fencingtest.Context(t, 2*wait))
 	watches := ctr.Requests("Watch")
 	c.Stop(1)
 	c.Stop(2)

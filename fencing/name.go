@@ -6,9 +6,6 @@ import (
 	"github.com/leasehold/leasehold/internal/keyspace"
 )
 
-// MaxNameLen is the longest name, in bytes, that NewMutex accepts.
-const MaxNameLen = keyspace.MaxNameLen
-
 // DefaultRoot is the key prefix under which a session created without
 // WithRoot keeps its locks and elections.
 const DefaultRoot = "leasehold/"
@@ -16,7 +13,7 @@ const DefaultRoot = "leasehold/"
 // ValidateName returns nil for a name that NewMutex (and election.New)
 // accept, and otherwise an error wrapping ErrInvalidName that says why.
 //
-// A name is 1 to MaxNameLen bytes of UTF-8 made of printable characters
+// A name is 1 to 512 bytes of UTF-8 made of printable characters
 // (letters, marks, digits, punctuation, symbols and the ASCII space) other
 // than '#'. It is written into its keys as it is, after the session's root:
 // the lock "jobs/billing" queues under "leasehold/jobs/billing#lock/", so

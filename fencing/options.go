@@ -15,9 +15,9 @@ const (
 	// MinTTL is the shortest TTL NewSession accepts: below it, an etcd
 	// leader election alone (which extends leases) dominates the lease.
 	MinTTL = 2 * time.Second
-	// DefaultMaxInFlight is how many requests a session sends to etcd at
+	// defaultMaxInFlight is how many requests a session sends to etcd at
 	// once without WithMaxInFlight.
-	DefaultMaxInFlight = 512
+	defaultMaxInFlight = 512
 	// minMargin is the floor of the default safety margin.
 	minMargin = 500 * time.Millisecond
 )
@@ -106,14 +106,14 @@ func WithRoot(root string) SessionOption {
 // However many calls run on the session at once, a renewal then waits
 // behind at most n requests, so a burst (a hundred thousand Locks started
 // together) cannot cost the session its lease. Requests sent on the same
-// client outside the session are not counted. Unset: DefaultMaxInFlight.
+// client outside the session are not counted. Unset: 512.
 // NewSession returns ErrInvalidArgument when n < 1.
 func WithMaxInFlight(n int) SessionOption {
 	return func(c *sessionConfig) { c.InFlight = n }
 }
 
 func newSessionConfig(opts []SessionOption) (sessionConfig, error) {
-	c := sessionConfig{TTL: DefaultTTL, Root: DefaultRoot, InFlight: DefaultMaxInFlight}
+	c := sessionConfig{TTL: DefaultTTL, Root: DefaultRoot, InFlight: defaultMaxInFlight}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: nil option", ErrInvalidArgument)

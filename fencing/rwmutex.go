@@ -44,9 +44,6 @@ func NewRWMutex(s *Session, name string) (*RWMutex, error) {
 	return &RWMutex{s: s, name: name, readers: revqueue.NewReaders(q), writers: revqueue.NewWriters(q)}, nil
 }
 
-// Name returns the lock's name.
-func (m *RWMutex) Name() string { return m.name }
-
 // Lock blocks until this call holds the lock for writing: no other hold,
 // read or write, exists. Its errors, retries and cleanup are Mutex.Lock's.
 func (m *RWMutex) Lock(ctx context.Context) (*Hold, error) {

@@ -47,9 +47,6 @@ func NewSemaphore(s *Session, name string, limit int) (*Semaphore, error) {
 	return &Semaphore{s: s, name: name, limit: limit, q: revqueue.NewCounted(q, limit)}, nil
 }
 
-// Name returns the semaphore's name.
-func (m *Semaphore) Name() string { return m.name }
-
 // Limit returns the number of permits.
 func (m *Semaphore) Limit() int { return m.limit }
 
