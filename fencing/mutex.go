@@ -2,13 +2,10 @@ package fencing
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/revqueue"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // Mutex is a distributed lock on one name: a queue of keys ordered by etcd
@@ -79,51 +76,4 @@ func (m *Mutex) usable(ctx context.Context) error {
 		return fmt.Errorf("%w: nil Mutex", ErrInvalidArgument)
 	}
 	return m.s.usable(ctx)
-}
-
-// hold runs acquire, one call's acquire of the queue of kind and name on s,
-// and returns the hold of its key; op names the call in errors.
-func (s *Session) hold(ctx context.Context, op string, kind Kind, name string,
-	acquire func(context.Context, *revqueue.Session, string) (*revqueue.Entry, error)) (*Hold, error) {
-	start := time.Now()
-	e, err := acquire(ctx, &s.link.Session, s.identity)
-	if err != nil {
-		return nil, fmt.Errorf("fencing: %s %q: %w", op, name, acquireError(s, err))
-	}
-	return newHold(s, kind, name, e, start), nil
-}
-
-// tryHold is hold for a try, which either owns at once or writes nothing
-// and names an owner (ErrLocked).
-func (s *Session) tryHold(ctx context.Context, op string, kind Kind, name string,
-	try func(context.Context, *revqueue.Session, string) (*revqueue.Entry, *mvccpb.KeyValue, error)) (*Hold, error) {
-	start := time.Now()
-	e, owner, err := try(ctx, &s.link.Session, s.identity)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("fencing: %s %q: %w", op, name, acquireError(s, err))
-	case e == nil && owner == nil:
-		return nil, fmt.Errorf("fencing: %s %q: %w: taken by others as it tried", op, name, ErrLocked)
-	case e == nil:
-		return nil, fmt.Errorf("fencing: %s %q: %w by %q (token %v)", op, name, ErrLocked, owner.Value,
-			Token{Name: name, Revision: owner.CreateRevision, Cluster: s.cluster})
-	}
-	return newHold(s, kind, name, e, start), nil
-}
-
-// acquireError maps why an acquire on s failed to this package's sentinels:
-// ErrSessionExpired (wrapping the session's cause, or ErrLeaseExpired when
-// the server found the lease gone first); other errors
-// (ErrKeyDeleted, ctx's, the client's) pass through. Package election reaches it
-// through the session's Link (sessionlink.Of).
-func acquireError(s *Session, err error) error {
-	switch {
-	case errors.Is(err, revqueue.ErrLost):
-		err = fmt.Errorf("%w: %w", ErrSessionExpired, s.Err())
-	case errors.Is(err, revqueue.ErrLeaseGone):
-		// The server says so before the session's next renewal does: the
-		// same cause, whichever learns first.
-		err = fmt.Errorf("%w: %w: lease %x not found on the server", ErrSessionExpired, ErrLeaseExpired, int64(s.id))
-	}
-	return err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/admit"
 	"github.com/leasehold/leasehold/internal/lifetime"
+	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -89,7 +90,7 @@ func (sl *slot) release(s *Session) func(retire bool) {
 // Acquire queues one new key holding value on s's lease and waits until it
 // owns the queue. See Wait for what ownership means. It returns ErrLost if
 // the session ends first (before, during, or as the wait ends), ErrLeaseGone,
-// ErrKeyDeleted, ctx's error or the client's. On every error the key is removed.
+// ownwatch.ErrKeyDeleted, ctx's error or the client's. On every error the key is removed.
 // On success, the caller calls the Entry's Free once it has deleted the key.
 //
 // An enqueue that fails for a passing reason (a lost reply, a leader
@@ -199,7 +200,7 @@ func (q Queue) settle(ctx context.Context, s *Session, sl *slot, err error) erro
 		return ErrLost
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return ErrLeaseGone
-	case errors.Is(err, ErrKeyDeleted) && leaseGone(ctx, s):
+	case errors.Is(err, ownwatch.ErrKeyDeleted) && leaseGone(ctx, s):
 		return ErrLeaseGone
 	}
 	return err

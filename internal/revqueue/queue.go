@@ -22,10 +22,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// ErrKeyDeleted is returned by Wait when the waiter's own key was deleted (by an
-// operator, or with its lease) before it reached the head of the queue.
-var ErrKeyDeleted = ownwatch.ErrKeyDeleted
-
 // ErrLost is returned by Wait when its lost context ended.
 var ErrLost = errors.New("session lost while waiting")
 
@@ -211,7 +207,8 @@ func (q Queue) TryEnqueue(ctx context.Context, key, value string, lease clientv3
 
 // Wait blocks until e owns the queue, and returns nil only after a read that
 // found e's key alive (so its lease too) and no older key in the queue.
-// It returns ErrKeyDeleted if e's key disappeared, ErrLost once lost (the
+// It returns ownwatch.ErrKeyDeleted if e's key disappeared (an operator's
+// delete, or its lease's end), ErrLost once lost (the
 // session's context) ends, even while blocked in etcd, or ctx's error. A
 // broken or compacted watch is resumed from a fresh read; a read that fails
 // for a passing reason (no etcd leader, a timeout, a lost connection) is
@@ -338,7 +335,7 @@ func (q Queue) waitGone(ctx context.Context, key string, rev, readRev int64, put
 	<-w.Context().Done()
 	w.Stop(context.Canceled)
 	cause := context.Cause(w.Context())
-	return errors.Is(cause, ErrKeyDeleted) || errors.Is(cause, ownwatch.ErrKeyWritten), ctx.Err()
+	return errors.Is(cause, ownwatch.ErrKeyDeleted) || errors.Is(cause, ownwatch.ErrKeyWritten), ctx.Err()
 }
 
 // confirm checks, in one txn, that e's key still exists, and finds its new
@@ -388,9 +385,9 @@ func (q Queue) confirm(ctx context.Context, e *Entry, full bool) error {
 	return nil
 }
 
-// gone is ErrKeyDeleted for e, found missing by the read resp.
+// gone is ownwatch.ErrKeyDeleted for e, found missing by the read resp.
 func gone(e *Entry, resp *clientv3.TxnResponse) error {
-	return fmt.Errorf("%w: %s (created at revision %d) not found at revision %d", ErrKeyDeleted, e.Key, e.Rev, resp.Header.Revision)
+	return fmt.Errorf("%w: %s (created at revision %d) not found at revision %d", ownwatch.ErrKeyDeleted, e.Key, e.Rev, resp.Header.Revision)
 }
 
 // also keeps the results of the Queue's Also, which follow the first n of

@@ -84,7 +84,7 @@ func TestWaitReportsDeletedOwnKey(t *testing.T) {
 	}
 	c.Delete(t, "q/b")
 	c.Delete(t, "q/a")
-	if err := q.Wait(ctx, e, context.Background()); !errors.Is(err, revqueue.ErrKeyDeleted) {
+	if err := q.Wait(ctx, e, context.Background()); !errors.Is(err, ownwatch.ErrKeyDeleted) {
 		t.Fatalf("Wait with own key deleted = %v; want ErrKeyDeleted", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -224,7 +224,7 @@ func TestWaitersShareTheSessionStream(t *testing.T) {
 	default:
 	}
 	c.Delete(t, "q/000")
-	if err := <-done[1]; !errors.Is(err, revqueue.ErrKeyDeleted) {
+	if err := <-done[1]; !errors.Is(err, ownwatch.ErrKeyDeleted) {
 		t.Fatalf("the waiter whose key was deleted: %v, want ErrKeyDeleted", err)
 	}
 	// Each owner goes in turn: every waiter owns, in order.
