@@ -26,7 +26,8 @@
 // any token older than one it has already seen, in the same atomic step as
 // the write: package fencing/sqlfence makes a database/sql transaction
 // fenced, so a PostgreSQL or SQLite database refuses a paused former
-// holder's commit; fencing.Gate checks tokens within one process.
+// holder's commit; a gate.Gate (fencing/gate) checks tokens within one
+// process.
 //
 // # Quick start
 //
@@ -50,8 +51,8 @@
 // waiters, with identity and lease TTL left), and the command
 // examples/inspect prints them. fencing.WithObserver reports every
 // acquisition, release, loss, renewal and write refused for a lost
-// ownership (guarded txns, Proclaim, Resign), for metrics; a Gate reports
-// the tokens it refuses to its own OnReject. fencing.WithLogger logs them
+// ownership (guarded txns, Proclaim, Resign), for metrics; a gate.Gate
+// reports the tokens it refuses to its own OnReject. fencing.WithLogger logs them
 // with log/slog. guard.Health is a liveness
 // probe that fails while a process acts on an ownership past its ValidUntil.
 // inspect.SafetyBudget computes the worst cases of a TTL and margin: for the

@@ -31,11 +31,10 @@
 // admitted, in the same transaction as the writes it protects. Another
 // store that can compare on write fences itself the same way: keep the
 // token's revision beside the data and make each write conditional on it.
-// Stores that cannot compare sit behind a Gate, which remembers the highest
-// token per name (in memory, or in etcd with EtcdGateStore) and refuses
-// older ones; over HTTP, Gate.Middleware admits the token in the
-// TokenHeader of each request, which clients set with SetTokenHeader from a
-// context made by WithToken.
+// Stores that cannot compare can sit behind a gate.Gate (package
+// fencing/gate), which refuses tokens older than one it has admitted and
+// carries tokens in contexts and HTTP headers; it orders writes within one
+// process only.
 //
 // Revisions are only comparable within one etcd cluster's history. A cluster
 // restored from a backup, or a migration to a new cluster, starts from a

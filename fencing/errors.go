@@ -37,9 +37,10 @@ var (
 	// lost. Unlock then deleted nothing that belongs to anyone else.
 	ErrNotHeld = errors.New("not held")
 
-	// ErrStaleToken is returned by Gate.Admit for a token older than one it
-	// has already admitted under the same name, and by the fenced stores of
-	// fencing/sqlfence for a token older than their fence.
+	// ErrStaleToken is returned by a gate.Gate's Admit and Do (fencing/gate)
+	// for a token older than one it has already admitted under the same
+	// name, and by the fenced stores of fencing/sqlfence for a token older
+	// than their fence.
 	ErrStaleToken = errors.New("stale token")
 
 	// ErrClusterMismatch is returned by a fenced store (fencing/sqlfence)

@@ -21,20 +21,16 @@ func TestErrorsNamePackageOnce(t *testing.T) {
 	closed.Close(ctx)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	var g fencing.Gate
-	g.Admit(context.Background(), fencing.Token{Name: "g", Revision: 2})
 	errs := map[string]func() error{
-		"NewSession(TTL)":  func() error { _, err := fencing.NewSession(ctx, cli, fencing.WithTTL(1)); return err },
-		"NewSession(root)": func() error { _, err := fencing.NewSession(ctx, cli, fencing.WithRoot("")); return err },
-		"NewMutex(name)":   func() error { _, err := fencing.NewMutex(s, "a#b"); return err },
-		"TryLock(held)":    func() error { _, err := newMutex(t, newSession(t, cli), "errtext").TryLock(ctx); return err },
-		"Lock(closed)":     func() error { _, err := newMutex(t, closed, "errtext-2").Lock(ctx); return err },
-		"Lock(cancelled)":  func() error { _, err := newMutex(t, s, "errtext-3").Lock(cancelled); return err },
-		"Unlock(twice)":    func() error { h2 := lock(t, newMutex(t, s, "errtext-4")); h2.Unlock(ctx); return h2.Unlock(ctx) },
-		"ParseToken":       func() error { _, err := fencing.ParseToken("x"); return err },
-		"Gate.Admit(context.Background(), stale)": func() error { return g.Admit(context.Background(), fencing.Token{Name: "g", Revision: 1}) },
-		"Gate.Admit(context.Background(), token)": func() error { return g.Admit(context.Background(), fencing.Token{Name: "", Revision: 1}) },
-		"Session.Close(nil)":                      func() error { var nilCtx context.Context; return s.Close(nilCtx) },
+		"NewSession(TTL)":    func() error { _, err := fencing.NewSession(ctx, cli, fencing.WithTTL(1)); return err },
+		"NewSession(root)":   func() error { _, err := fencing.NewSession(ctx, cli, fencing.WithRoot("")); return err },
+		"NewMutex(name)":     func() error { _, err := fencing.NewMutex(s, "a#b"); return err },
+		"TryLock(held)":      func() error { _, err := newMutex(t, newSession(t, cli), "errtext").TryLock(ctx); return err },
+		"Lock(closed)":       func() error { _, err := newMutex(t, closed, "errtext-2").Lock(ctx); return err },
+		"Lock(cancelled)":    func() error { _, err := newMutex(t, s, "errtext-3").Lock(cancelled); return err },
+		"Unlock(twice)":      func() error { h2 := lock(t, newMutex(t, s, "errtext-4")); h2.Unlock(ctx); return h2.Unlock(ctx) },
+		"ParseToken":         func() error { _, err := fencing.ParseToken("x"); return err },
+		"Session.Close(nil)": func() error { var nilCtx context.Context; return s.Close(nilCtx) },
 	}
 	for name, call := range errs {
 		t.Run(name, func(t *testing.T) { etcdtest.NamesPackageOnce(t, "fencing", call()) })

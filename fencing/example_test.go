@@ -91,23 +91,6 @@ func ExampleSession_Done() {
 	// true
 }
 
-// This example fences a store that knows nothing of etcd: the Gate refuses
-// the write of an owner whose successor has already written.
-func ExampleGate() {
-	var g fencing.Gate
-	old := fencing.Token{Name: "ledger", Revision: 41}
-	successor := fencing.Token{Name: "ledger", Revision: 57}
-
-	fmt.Println(g.Admit(context.Background(), old))
-	fmt.Println(g.Admit(context.Background(), successor))
-	err := g.Admit(context.Background(), old) // the old owner wakes from a long pause and writes
-	fmt.Println(errors.Is(err, fencing.ErrStaleToken))
-	// Output:
-	// <nil>
-	// <nil>
-	// true
-}
-
 // This example counts acquisitions and losses with an Observer, as a metrics
 // library would.
 func ExampleWithObserver() {

@@ -81,7 +81,7 @@ type RenewEvent struct {
 
 // RejectEvent reports a write refused for a stale or lost ownership: a
 // guarded txn whose ownership compare failed (Cause wraps guard.ErrNotOwner)
-// or a token a Gate refused (Cause wraps ErrStaleToken).
+// or a token a gate.Gate (fencing/gate) refused (Cause wraps ErrStaleToken).
 type RejectEvent struct {
 	Token Token
 	Cause error

@@ -1,7 +1,6 @@
 package fencing_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,21 +90,6 @@ func TestObserverSeesEachEventOnce(t *testing.T) {
 			if e.Err == nil && (e.Left <= 0 || e.RoundTrip < 0) {
 				t.Errorf("successful renewal with %v left, round trip %v", e.Left, e.RoundTrip)
 			}
-		}
-	})
-}
-
-// A Gate reports each stale token it refuses, and nothing else.
-func TestGateReportsRejections(t *testing.T) {
-	var rec etcdtest.Recorder
-	g := fencing.Gate{OnReject: rec.Observer().OnReject}
-	for _, rev := range []int64{5, 5, 7, 6} {
-		g.Admit(context.Background(), fencing.Token{Name: "n", Revision: rev})
-	}
-	g.Admit(context.Background(), fencing.Token{}) // invalid, not stale
-	rec.Snapshot(func(r *etcdtest.Recorder) {
-		if len(r.Rejected) != 1 || r.Rejected[0].Token.Revision != 6 || !errors.Is(r.Rejected[0].Cause, fencing.ErrStaleToken) {
-			t.Fatalf("rejections %+v; want one, of revision 6, ErrStaleToken", r.Rejected)
 		}
 	})
 }

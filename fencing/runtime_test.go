@@ -235,12 +235,6 @@ func TestCallbacksRunOutsideLocks(t *testing.T) {
 		c.Delete(t, h.Key())
 		_, _ = guard.Put(ctx, h, "reentrant/data", "v") // OnReject, OnLoss via the failed txn
 		_ = h.Unlock(ctx)                               // key gone: a loss, reported by Unlock
-		var g fencing.Gate
-		g.OnReject = func(e fencing.RejectEvent) { // Do of the same name waits for Do's lock
-			_ = g.Do(ctx, fencing.Token{Name: e.Token.Name, Revision: 10}, func(context.Context) error { return nil })
-		}
-		_ = g.Admit(context.Background(), fencing.Token{Name: "reentrant", Revision: 9})
-		_ = g.Do(ctx, fencing.Token{Name: "reentrant", Revision: 8}, func(context.Context) error { return nil }) // OnReject under Do
 		h, _ = m.Lock(ctx)
 		r.h.Store(h)
 		c.Revoke(t, s.Lease()) // session lost: logged, OnLoss

@@ -75,7 +75,7 @@
 // whole machine or VM is frozen, the keeper is frozen too: the command may
 // run on when the machine resumes, after another replica started its own,
 // until the keeper's timer fires. That is what LEASEHOLD_TOKEN is for:
-// fence the command's writes (guard.Txn, fencing.Gate). Failover after a
+// fence the command's writes (guard.Txn, gate.Gate). Failover after a
 // runner crash takes up to two TTLs (the lease expires, then the record's
 // lease is waited out). Linux gets all of the above; other Unix systems
 // lack the parent-death signal and the child subreaper, so a keeper killed

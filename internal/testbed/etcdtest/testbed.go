@@ -85,9 +85,9 @@ func NamesPackageOnce(t testing.TB, pkg string, err error) {
 	if !strings.HasPrefix(text, pkg+": ") {
 		t.Errorf("%q does not start with %q", text, pkg+": ")
 	}
-	for _, p := range []string{"fencing", "guard", "election", "inspect", "revqueue", "ownwatch", "keyspace", "sessionlink"} {
+	for _, p := range []string{"fencing", "gate", "guard", "election", "inspect", "revqueue", "ownwatch", "keyspace", "sessionlink"} {
 		n := strings.Count(text, p+": ")
-		if n > 1 || n == 1 && !slices.Contains([]string{"fencing", "guard", "election", "inspect"}, p) {
+		if n > 1 || n == 1 && !slices.Contains([]string{"fencing", "gate", "guard", "election", "inspect"}, p) {
 			t.Errorf("%q names %s %d times", text, p, n)
 		}
 	}

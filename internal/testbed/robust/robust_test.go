@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/fencing/gate"
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -76,7 +77,7 @@ func BenchmarkUnderFaults(b *testing.B) {
 // store is the system outside etcd: it keeps every accepted write in order,
 // behind a Gate (enforce) or only noting what the Gate would have refused.
 type store struct {
-	gate     fencing.Gate
+	gate     gate.Gate
 	enforce  bool
 	mu       sync.Mutex
 	accepted []fencing.Token // guarded by mu
@@ -84,7 +85,7 @@ type store struct {
 }
 
 func (s *store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	t, err := fencing.ParseToken(r.Header.Get(fencing.TokenHeader))
+	t, err := fencing.ParseToken(r.Header.Get(gate.Header))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

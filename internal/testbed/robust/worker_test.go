@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/gate"
 	"github.com/leasehold/leasehold/guard"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -246,7 +247,7 @@ func (w *worker) post(ctx context.Context, tok, value int64) string {
 	if err != nil {
 		return "unknown"
 	}
-	req.Header.Set(fencing.TokenHeader, fencing.Token{Name: lockName, Revision: tok}.String())
+	req.Header.Set(gate.Header, fencing.Token{Name: lockName, Revision: tok}.String())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return "unknown"

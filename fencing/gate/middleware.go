@@ -1,55 +1,19 @@
-package fencing
+package gate
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/leasehold/leasehold/fencing"
 )
-
-type tokenKey struct{}
-
-// WithToken returns a copy of ctx that carries t, for code that writes on
-// behalf of an owner without seeing its Hold. A nil ctx is taken as
-// context.Background().
-func WithToken(ctx context.Context, t Token) context.Context {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return context.WithValue(ctx, tokenKey{}, t)
-}
-
-// FromContext returns the token WithToken put in ctx, if any (none in a nil
-// ctx).
-func FromContext(ctx context.Context) (Token, bool) {
-	if ctx == nil {
-		return Token{}, false
-	}
-	t, ok := ctx.Value(tokenKey{}).(Token)
-	return t, ok
-}
-
-// TokenHeader is the HTTP header that carries a token in Token.String form.
-const TokenHeader = "Leasehold-Token"
-
-// SetTokenHeader sets TokenHeader on req from the token in req's context and
-// reports whether there was one (never for a nil req).
-func SetTokenHeader(req *http.Request) bool {
-	if req == nil {
-		return false
-	}
-	t, ok := FromContext(req.Context())
-	if ok {
-		req.Header.Set(TokenHeader, t.String())
-	}
-	return ok
-}
 
 // MiddlewareOption configures Gate.Middleware. A nil MiddlewareOption is
 // ignored.
 type MiddlewareOption func(*middleware)
 
-// AllowMissingToken lets requests without TokenHeader through, unchecked.
+// AllowMissingToken lets requests without Header through, unchecked.
 // Unset: they get 400 Bad Request.
 func AllowMissingToken() MiddlewareOption { return func(m *middleware) { m.allowMissing = true } }
 
@@ -75,7 +39,7 @@ type middleware struct {
 // missing one unless AllowMissingToken is set; a name AllowNames refuses gets
 // 403 Forbidden, and a Store that fails 503 Service Unavailable. next finds
 // the admitted token with FromContext. With a nil next (or a nil g), every
-// request gets 500 Internal Server Error naming ErrInvalidArgument.
+// request gets 500 Internal Server Error naming fencing.ErrInvalidArgument.
 func (g *Gate) Middleware(next http.Handler, opts ...MiddlewareOption) http.Handler {
 	m := &middleware{g: g, next: next}
 	for _, o := range opts {
@@ -88,19 +52,19 @@ func (g *Gate) Middleware(next http.Handler, opts ...MiddlewareOption) http.Hand
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m.g == nil || m.next == nil {
-		http.Error(w, fmt.Sprintf("fencing: Middleware: %v: nil gate or handler", ErrInvalidArgument), http.StatusInternalServerError)
+		http.Error(w, fmt.Sprintf("gate: Middleware: %v: nil gate or handler", fencing.ErrInvalidArgument), http.StatusInternalServerError)
 		return
 	}
-	text := r.Header.Get(TokenHeader)
+	text := r.Header.Get(Header)
 	if text == "" {
 		if m.allowMissing {
 			m.next.ServeHTTP(w, r)
 			return
 		}
-		http.Error(w, "missing "+TokenHeader+" header", http.StatusBadRequest)
+		http.Error(w, "missing "+Header+" header", http.StatusBadRequest)
 		return
 	}
-	t, err := ParseToken(text)
+	t, err := fencing.ParseToken(text)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -114,7 +78,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	switch {
-	case errors.Is(err, ErrStaleToken):
+	case errors.Is(err, fencing.ErrStaleToken):
 		http.Error(w, fmt.Sprintf("stale fencing token: %v", err), http.StatusConflict)
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)

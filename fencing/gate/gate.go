@@ -1,10 +1,12 @@
-package fencing
+package gate
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/leasehold/leasehold/fencing"
 )
 
 // Gate guards a store other than etcd: it remembers, per name, the highest
@@ -23,13 +25,13 @@ import (
 // backup) must not pass through one Gate: their revisions do not compare.
 type Gate struct {
 	// Store keeps the high-water marks; nil means this process's memory.
-	Store GateStore
+	Store Store
 	// OnReject, if set, is told of every token refused as stale, after the
 	// refusal and with no lock of the Gate held.
-	OnReject func(RejectEvent)
+	OnReject func(fencing.RejectEvent)
 
 	mu    sync.Mutex
-	mem   MemoryGateStore      // used when Store is nil
+	mem   MemoryStore          // used when Store is nil
 	names map[string]*nameLock // guarded by mu: serialises Do per name, while one runs
 }
 
@@ -40,40 +42,36 @@ type nameLock struct {
 	refs int // guarded by Gate.mu
 }
 
-// GateStore keeps a Gate's high-water marks.
-type GateStore interface {
-	// Advance raises the mark of name to rev, atomically. It returns an
-	// error wrapping ErrStaleToken, and changes nothing, if the mark is
-	// already above rev; a mark equal to rev is admitted again (a retry).
-	Advance(ctx context.Context, name string, rev int64) error
-}
+// errNilContext is fencing.ErrInvalidArgument for a nil ctx, as fencing
+// reports it.
+var errNilContext = fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
 
 // Admit admits t unless a greater token of the same name was admitted
-// before: then it returns an error wrapping ErrStaleToken. Admitting the
-// highest token again succeeds (a retry). A token that String could not
-// print (empty name, revision not positive) returns ErrInvalidToken. ctx
-// bounds a Store that talks to the network (EtcdGateStore).
-func (g *Gate) Admit(ctx context.Context, t Token) error {
+// before: then it returns an error wrapping fencing.ErrStaleToken. Admitting
+// the highest token again succeeds (a retry). A token that String could not
+// print (empty name, revision not positive) returns fencing.ErrInvalidToken.
+// ctx bounds a Store that talks to the network (EtcdStore).
+func (g *Gate) Admit(ctx context.Context, t fencing.Token) error {
 	return g.report(t, g.admit(ctx, t))
 }
 
-func (g *Gate) admit(ctx context.Context, t Token) error {
+func (g *Gate) admit(ctx context.Context, t fencing.Token) error {
 	if ctx == nil {
-		return fmt.Errorf("fencing: admit %v: %w", t, errNilContext)
+		return fmt.Errorf("gate: admit %v: %w", t, errNilContext)
 	}
-	if err := ValidateName(t.Name); err != nil || t.Revision <= 0 {
-		return fmt.Errorf("fencing: admit %q@%d: %w", t.Name, t.Revision, ErrInvalidToken)
+	if err := fencing.ValidateName(t.Name); err != nil || t.Revision <= 0 {
+		return fmt.Errorf("gate: admit %q@%d: %w", t.Name, t.Revision, fencing.ErrInvalidToken)
 	}
 	if err := g.store().Advance(ctx, t.Name, t.Revision); err != nil {
-		return fmt.Errorf("fencing: admit %v: %w", t, err)
+		return fmt.Errorf("gate: admit %v: %w", t, err)
 	}
 	return nil
 }
 
 // report tells the observer of a stale token, with no lock of g's held.
-func (g *Gate) report(t Token, err error) error {
-	if f := g.OnReject; f != nil && errors.Is(err, ErrStaleToken) {
-		f(RejectEvent{Token: t, Cause: err})
+func (g *Gate) report(t fencing.Token, err error) error {
+	if f := g.OnReject; f != nil && errors.Is(err, fencing.ErrStaleToken) {
+		f(fencing.RejectEvent{Token: t, Cause: err})
 	}
 	return err
 }
@@ -81,17 +79,17 @@ func (g *Gate) report(t Token, err error) error {
 // Do admits t and, if it is admitted, runs write with ctx while no other Do
 // of the same name runs in this process: a newer token cannot be admitted
 // through this Gate between this check and this write. It returns Admit's
-// error or write's; a nil write returns ErrInvalidArgument, admitting
-// nothing.
+// error or write's; a nil write returns fencing.ErrInvalidArgument,
+// admitting nothing.
 //
 // Do orders writes within one process only. When several processes guard
-// one store (each with its own Gate, sharing an EtcdGateStore), a slow
-// write admitted by one can still land after a newer one admitted by
-// another: such a store must check the token itself, in the same
-// transaction as the write (see fencing/sqlfence).
-func (g *Gate) Do(ctx context.Context, t Token, write func(ctx context.Context) error) error {
+// one store (each with its own Gate, sharing an EtcdStore), a slow write
+// admitted by one can still land after a newer one admitted by another:
+// such a store must check the token itself, in the same transaction as the
+// write (see fencing/sqlfence).
+func (g *Gate) Do(ctx context.Context, t fencing.Token, write func(ctx context.Context) error) error {
 	if write == nil {
-		return fmt.Errorf("fencing: gate Do %v: %w: nil write", t, ErrInvalidArgument)
+		return fmt.Errorf("gate: Do %v: %w: nil write", t, fencing.ErrInvalidArgument)
 	}
 	admitted, err := g.do(ctx, t, write)
 	if !admitted {
@@ -100,7 +98,7 @@ func (g *Gate) Do(ctx context.Context, t Token, write func(ctx context.Context) 
 	return err
 }
 
-func (g *Gate) do(ctx context.Context, t Token, write func(context.Context) error) (admitted bool, _ error) {
+func (g *Gate) do(ctx context.Context, t fencing.Token, write func(context.Context) error) (admitted bool, _ error) {
 	mu := g.lockName(t.Name)
 	defer g.unlockName(t.Name, mu)
 	if err := g.admit(ctx, t); err != nil {
@@ -109,7 +107,7 @@ func (g *Gate) do(ctx context.Context, t Token, write func(context.Context) erro
 	return true, write(ctx)
 }
 
-func (g *Gate) store() GateStore {
+func (g *Gate) store() Store {
 	if g.Store != nil {
 		return g.Store
 	}
@@ -139,27 +137,4 @@ func (g *Gate) unlockName(name string, mu *nameLock) {
 	if mu.refs--; mu.refs == 0 {
 		delete(g.names, name)
 	}
-}
-
-// MemoryGateStore keeps high-water marks in memory, one per name ever
-// admitted (forgetting one would let a stale token in): for names without
-// bound, use a store that keeps them elsewhere, such as EtcdGateStore. The
-// zero value is ready to use; it is safe for concurrent use.
-type MemoryGateStore struct {
-	mu   sync.Mutex
-	high map[string]int64 // guarded by mu
-}
-
-// Advance implements GateStore.
-func (m *MemoryGateStore) Advance(_ context.Context, name string, rev int64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if cur := m.high[name]; cur > rev {
-		return fmt.Errorf("%w: %d already admitted", ErrStaleToken, cur)
-	}
-	if m.high == nil {
-		m.high = map[string]int64{}
-	}
-	m.high[name] = rev
-	return nil
 }

@@ -1,4 +1,4 @@
-package fencing_test
+package gate_test
 
 import (
 	"context"
@@ -10,15 +10,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/fencing/gate"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 )
 
 func tok(rev int64) fencing.Token { return fencing.Token{Name: "ledger", Revision: rev} }
 
 func TestGateAdmitsNewerAndEqualRefusesOlder(t *testing.T) {
-	var g fencing.Gate
+	var g gate.Gate
 	for _, tc := range []struct {
 		t    fencing.Token
 		want error
@@ -39,7 +42,7 @@ func TestGateAdmitsNewerAndEqualRefusesOlder(t *testing.T) {
 
 // Concurrent admissions never leave a lower mark than the highest admitted.
 func TestGateConcurrentAdmits(t *testing.T) {
-	var g fencing.Gate
+	var g gate.Gate
 	var wg sync.WaitGroup
 	for i := range 100 {
 		wg.Go(func() { g.Admit(context.Background(), tok(int64(i+1))) })
@@ -52,7 +55,7 @@ func TestGateConcurrentAdmits(t *testing.T) {
 
 // Do orders the write with the check: a stale write never runs.
 func TestGateDoRunsOnlyAdmittedWrites(t *testing.T) {
-	var g fencing.Gate
+	var g gate.Gate
 	var written []int64
 	for _, rev := range []int64{3, 8, 5, 8, 9} {
 		g.Do(context.Background(), tok(rev), func(context.Context) error { written = append(written, rev); return nil })
@@ -65,7 +68,7 @@ func TestGateDoRunsOnlyAdmittedWrites(t *testing.T) {
 // Do hands write the caller's ctx, for a write to a remote store that must
 // end with it.
 func TestGateDoPassesContext(t *testing.T) {
-	var g fencing.Gate
+	var g gate.Gate
 	type key struct{}
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "mine"))
 	cancel()
@@ -81,14 +84,14 @@ func TestGateDoPassesContext(t *testing.T) {
 }
 
 // Marks kept in etcd survive the gate and are shared by gates.
-func TestEtcdGateStore(t *testing.T) {
+func TestEtcdStore(t *testing.T) {
 	c := fencingtest.Single(t)
-	store := &fencing.EtcdGateStore{Client: c.Client(t), Prefix: "leasehold/gate/test/"}
-	a := fencing.Gate{Store: store}
+	store := &gate.EtcdStore{Client: c.Client(t), Prefix: "leasehold/gate/test/"}
+	a := gate.Gate{Store: store}
 	if err := a.Admit(t.Context(), tok(10)); err != nil {
 		t.Fatal(err)
 	}
-	b := fencing.Gate{Store: &fencing.EtcdGateStore{Client: c.Client(t), Prefix: "leasehold/gate/test/"}}
+	b := gate.Gate{Store: &gate.EtcdStore{Client: c.Client(t), Prefix: "leasehold/gate/test/"}}
 	if err := b.Admit(t.Context(), tok(9)); !errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("second gate admitted 9 after 10: %v", err)
 	}
@@ -106,20 +109,20 @@ func TestEtcdGateStore(t *testing.T) {
 }
 
 func TestTokenContext(t *testing.T) {
-	if _, ok := fencing.FromContext(context.Background()); ok {
+	if _, ok := gate.FromContext(context.Background()); ok {
 		t.Fatal("token in an empty context")
 	}
-	ctx := fencing.WithToken(context.Background(), tok(4))
-	if got, ok := fencing.FromContext(ctx); !ok || got != tok(4) {
+	ctx := gate.WithToken(context.Background(), tok(4))
+	if got, ok := gate.FromContext(ctx); !ok || got != tok(4) {
 		t.Fatalf("FromContext = %v, %v", got, ok)
 	}
 }
 
 // ledger is a handler that records the token of each write it accepts.
-func ledger(t *testing.T, g *fencing.Gate, opts ...fencing.MiddlewareOption) (*httptest.Server, *[]fencing.Token) {
+func ledger(t *testing.T, g *gate.Gate, opts ...gate.MiddlewareOption) (*httptest.Server, *[]fencing.Token) {
 	var got []fencing.Token
 	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tk, _ := fencing.FromContext(r.Context())
+		tk, _ := gate.FromContext(r.Context())
 		got = append(got, tk)
 	}), opts...))
 	t.Cleanup(srv.Close)
@@ -129,8 +132,8 @@ func ledger(t *testing.T, g *fencing.Gate, opts ...fencing.MiddlewareOption) (*h
 func post(t *testing.T, srv *httptest.Server, ctx context.Context, header string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
-	if !fencing.SetTokenHeader(req) && header != "" {
-		req.Header.Set(fencing.TokenHeader, header)
+	if !gate.SetHeader(req) && header != "" {
+		req.Header.Set(gate.Header, header)
 	}
 	resp, err := srv.Client().Do(req)
 	if err != nil {
@@ -142,7 +145,7 @@ func post(t *testing.T, srv *httptest.Server, ctx context.Context, header string
 }
 
 func TestMiddleware(t *testing.T) {
-	var g fencing.Gate
+	var g gate.Gate
 	srv, got := ledger(t, &g)
 	bg := context.Background()
 	for _, tc := range []struct {
@@ -150,9 +153,9 @@ func TestMiddleware(t *testing.T) {
 		header string
 		want   int
 	}{
-		{fencing.WithToken(bg, tok(5)), "", http.StatusOK},
-		{fencing.WithToken(bg, tok(7)), "", http.StatusOK},
-		{fencing.WithToken(bg, tok(6)), "", http.StatusConflict},
+		{gate.WithToken(bg, tok(5)), "", http.StatusOK},
+		{gate.WithToken(bg, tok(7)), "", http.StatusOK},
+		{gate.WithToken(bg, tok(6)), "", http.StatusConflict},
 		{bg, "", http.StatusBadRequest},
 		{bg, "ledger@x", http.StatusBadRequest},
 		{bg, "ledger@7", http.StatusOK},
@@ -164,12 +167,12 @@ func TestMiddleware(t *testing.T) {
 	if fmt.Sprint(*got) != "[ledger@5 ledger@7 ledger@7]" {
 		t.Fatalf("writes = %v", *got)
 	}
-	open, _ := ledger(t, &g, fencing.AllowMissingToken())
+	open, _ := ledger(t, &g, gate.AllowMissingToken())
 	if code, _ := post(t, open, bg, ""); code != http.StatusOK {
 		t.Fatalf("POST without token, AllowMissingToken: %d; want 200", code)
 	}
 	// Names from requests: only those the store serves get a mark.
-	only, _ := ledger(t, &g, fencing.AllowNames(func(name string) bool { return name == "ledger" }))
+	only, _ := ledger(t, &g, gate.AllowNames(func(name string) bool { return name == "ledger" }))
 	if code, _ := post(t, only, bg, "other@3"); code != http.StatusForbidden {
 		t.Fatalf("POST of another name, AllowNames: %d; want 403", code)
 	}
@@ -186,11 +189,11 @@ func FuzzMiddlewareHeader(f *testing.F) {
 	for _, s := range []string{"ledger@1", "ledger@0", "", "@", "a%zz@1", "ledger@99999999999999999999"} {
 		f.Add(s)
 	}
-	var g fencing.Gate
+	var g gate.Gate
 	h := g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	f.Fuzz(func(t *testing.T, header string) {
 		req := httptest.NewRequest(http.MethodPost, "/", nil)
-		req.Header[fencing.TokenHeader] = []string{header}
+		req.Header[gate.Header] = []string{header}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		switch rec.Code {
@@ -203,11 +206,11 @@ func FuzzMiddlewareHeader(f *testing.F) {
 
 // An etcd-backed gate that cannot reach etcd refuses to admit, with the
 // client's error rather than ErrStaleToken.
-func TestEtcdGateStoreUnreachable(t *testing.T) {
+func TestEtcdStoreUnreachable(t *testing.T) {
 	c := fencingtest.Single(t)
 	cli := fencingtest.NewClient(t, c.Endpoints())
 	cli.Close()
-	g := fencing.Gate{Store: &fencing.EtcdGateStore{Client: cli, Prefix: "leasehold/gate/closed/"}}
+	g := gate.Gate{Store: &gate.EtcdStore{Client: cli, Prefix: "leasehold/gate/closed/"}}
 	err := g.Admit(t.Context(), tok(1))
 	if err == nil || errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("Admit through a closed client: %v; want the client's error", err)
@@ -218,7 +221,7 @@ func TestEtcdGateStoreUnreachable(t *testing.T) {
 // they return: 2000 names through one Gate, 8 calls at a time on each,
 // leave no lock behind.
 func TestGateDoKeepsNoLockPerName(t *testing.T) {
-	var g fencing.Gate
+	var g gate.Gate
 	var wg sync.WaitGroup
 	var inside [2000]atomic.Int32 // writes of each name running now
 	for w := range 8 {
@@ -236,7 +239,48 @@ func TestGateDoKeepsNoLockPerName(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := fencing.GateNames(&g); n != 0 {
+	if n := gate.Names(&g); n != 0 {
 		t.Fatalf("the Gate keeps a lock for %d names after every Do returned", n)
+	}
+}
+
+// A Gate reports each stale token it refuses, and nothing else.
+func TestGateReportsRejections(t *testing.T) {
+	var rec etcdtest.Recorder
+	g := gate.Gate{OnReject: rec.Observer().OnReject}
+	for _, rev := range []int64{5, 5, 7, 6} {
+		g.Admit(context.Background(), fencing.Token{Name: "n", Revision: rev})
+	}
+	g.Admit(context.Background(), fencing.Token{}) // invalid, not stale
+	rec.Snapshot(func(r *etcdtest.Recorder) {
+		if len(r.Rejected) != 1 || r.Rejected[0].Token.Revision != 6 || !errors.Is(r.Rejected[0].Cause, fencing.ErrStaleToken) {
+			t.Fatalf("rejections %+v; want one, of revision 6, ErrStaleToken", r.Rejected)
+		}
+	})
+}
+
+// OnReject runs with no lock of the Gate held: it may call Do of the same
+// name, under Admit and under Do.
+func TestOnRejectRunsOutsideLocks(t *testing.T) {
+	ctx := context.Background()
+	var calls atomic.Int64
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		var g gate.Gate
+		g.OnReject = func(e fencing.RejectEvent) { // Do of the same name waits for Do's lock
+			calls.Add(1)
+			_ = g.Do(ctx, fencing.Token{Name: e.Token.Name, Revision: 10}, func(context.Context) error { return nil })
+		}
+		_ = g.Admit(ctx, fencing.Token{Name: "reentrant", Revision: 9})
+		_ = g.Do(ctx, fencing.Token{Name: "reentrant", Revision: 8}, func(context.Context) error { return nil }) // OnReject under Do
+	}()
+	select {
+	case <-finished:
+	case <-time.After(fencingtest.Wait):
+		t.Fatal("an OnReject that calls back into the Gate deadlocked")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("OnReject called %d times; want 1 (revision 8)", n)
 	}
 }

@@ -1,8 +1,0 @@
-package fencing
-
-// GateNames exposes how many names a Gate keeps a lock for.
-func GateNames(g *Gate) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.names)
-}
