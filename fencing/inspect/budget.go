@@ -37,8 +37,8 @@ type Budget struct {
 	// Pause bounds how long a process may pause between finding itself
 	// owner (its context alive, ValidUntil ahead) and a write elsewhere, and
 	// still be sure the write was made while the lease existed: Margin. A
-	// longer pause needs a fenced write (Gate); a guarded etcd txn is
-	// checked by etcd itself, whatever the pause.
+	// longer pause needs a fenced write (sqlfence, or a gate.Gate); a guarded
+	// etcd txn is checked by etcd itself, whatever the pause.
 	Pause time.Duration
 }
 
