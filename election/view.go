@@ -28,25 +28,60 @@ import (
 // itself. A bad argument returns fencing.ErrInvalidArgument, a bad name
 // fencing.ErrInvalidName.
 func ReadCandidates(ctx context.Context, cli *clientv3.Client, root, name string) ([]Candidate, error) {
-	if err := readable(ctx, cli, root, name); err != nil {
+	if err := readable(ctx, cli, root, keyspace.ValidateName(name)); err != nil {
 		return nil, fmt.Errorf("election: ReadCandidates: %w", err)
 	}
-	prefix := keyspace.Prefix(root, keyspace.KindCandidate, name)
-	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	byName, err := readCandidates(ctx, cli, root, keyspace.Prefix(root, keyspace.KindCandidate, name))
 	if err != nil {
 		return nil, fmt.Errorf("election: ReadCandidates %q: %w", name, err)
 	}
-	rs := map[string]rank.Record{}
-	for _, kv := range resp.Kvs {
-		if r, err := rank.Decode(string(kv.Key), kv.Value); err == nil {
-			rs[r.Key] = r
-		}
-	}
-	return candidates(rs), nil
+	return byName[name], nil
 }
 
-// readable checks the arguments of a read.
-func readable(ctx context.Context, cli *clientv3.Client, root, name string) error {
+// ReadCandidatesUnder is ReadCandidates for every election whose name starts
+// with namePrefix ("" for all), in one read of the keys under root and
+// namePrefix (inspect.SubtreePrefix): by name, elections with no ranked
+// candidate left out.
+func ReadCandidatesUnder(ctx context.Context, cli *clientv3.Client, root, namePrefix string) (map[string][]Candidate, error) {
+	if err := readable(ctx, cli, root, keyspace.ValidatePrefix(namePrefix)); err != nil {
+		return nil, fmt.Errorf("election: ReadCandidatesUnder: %w", err)
+	}
+	byName, err := readCandidates(ctx, cli, root, root+namePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("election: ReadCandidatesUnder %q: %w", namePrefix, err)
+	}
+	return byName, nil
+}
+
+// readCandidates reads the keys under prefix and returns the candidates of
+// each election whose records it finds there.
+func readCandidates(ctx context.Context, cli *clientv3.Client, root, prefix string) (map[string][]Candidate, error) {
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	records := map[string]map[string]rank.Record{}
+	for _, kv := range resp.Kvs {
+		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
+		if !ok || kind != keyspace.KindCandidate {
+			continue
+		}
+		if r, err := rank.Decode(string(kv.Key), kv.Value); err == nil {
+			if records[name] == nil {
+				records[name] = map[string]rank.Record{}
+			}
+			records[name][r.Key] = r
+		}
+	}
+	byName := make(map[string][]Candidate, len(records))
+	for name, rs := range records {
+		byName[name] = candidates(rs)
+	}
+	return byName, nil
+}
+
+// readable checks the arguments of a read, nameErr the name's (or prefix's).
+func readable(ctx context.Context, cli *clientv3.Client, root string, nameErr error) error {
 	switch {
 	case ctx == nil:
 		return fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
@@ -56,7 +91,7 @@ func readable(ctx context.Context, cli *clientv3.Client, root, name string) erro
 	if err := keyspace.ValidateRoot(root); err != nil {
 		return fmt.Errorf("%w: %w", fencing.ErrInvalidArgument, err)
 	}
-	return keyspace.ValidateName(name)
+	return nameErr
 }
 
 // Group is a RunGroup group as ReadGroup found it: its replicas,
@@ -171,7 +206,7 @@ const groupReads = 3
 // and no names. ReadGroup writes nothing. A bad argument returns
 // fencing.ErrInvalidArgument, a bad group name fencing.ErrInvalidName.
 func ReadGroup(ctx context.Context, cli *clientv3.Client, root, group string) (Group, error) {
-	if err := readable(ctx, cli, root, group); err != nil {
+	if err := readable(ctx, cli, root, keyspace.ValidateName(group)); err != nil {
 		return Group{}, fmt.Errorf("election: ReadGroup: %w", err)
 	}
 	for attempt := 1; ; attempt++ {

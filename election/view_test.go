@@ -186,6 +186,11 @@ func TestReadGroupRejectsBadInput(t *testing.T) {
 	if cs, err := election.ReadCandidates(ctx, c.Admin, fencing.DefaultRoot, "nobody"); err != nil || cs != nil {
 		t.Errorf("ReadCandidates of an election with no ranked candidate = %v, %v; want none", cs, err)
 	}
+	for _, bad := range []struct{ root, prefix string }{{"", "a"}, {fencing.DefaultRoot, "a#"}} {
+		if _, err := election.ReadCandidatesUnder(ctx, c.Admin, bad.root, bad.prefix); err == nil || !strings.HasPrefix(err.Error(), "election: ReadCandidatesUnder") {
+			t.Errorf("ReadCandidatesUnder(%q, %q): %v; want an error that names it", bad.root, bad.prefix, err)
+		}
+	}
 	if _, err := election.ReadGroup(ctx, nil, fencing.DefaultRoot, "g"); !errors.Is(err, fencing.ErrInvalidArgument) {
 		t.Errorf("ReadGroup with a nil client: %v", err)
 	}

@@ -45,11 +45,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -276,7 +278,7 @@ func hintOtherKind(ctx context.Context, cli *clientv3.Client, c config, stderr i
 }
 
 // shown is a queue as the program shows it: an election's with its ranked
-// candidates (read after the queue, at a revision of their own).
+// candidates (read just after the queue, at a revision of their own).
 type shown struct {
 	inspect.Queue
 	Candidates []election.Candidate `json:"candidates,omitempty"`
@@ -286,23 +288,45 @@ type shown struct {
 func read(ctx context.Context, cli *clientv3.Client, c config) ([]shown, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	var qs []inspect.Queue
-	var err error
-	if c.name == "" {
-		qs, err = inspect.ReadPrefix(ctx, cli, c.root, fencing.Kind(c.kind), c.prefix)
-	} else {
-		var q inspect.Queue
-		q, err = inspect.Read(ctx, cli, c.root, fencing.Kind(c.kind), c.name)
-		qs = []inspect.Queue{q}
+	if c.name != "" {
+		q, err := inspect.Read(ctx, cli, c.root, fencing.Kind(c.kind), c.name)
+		if err != nil || q.Kind != fencing.KindElection {
+			return []shown{{Queue: q}}, err
+		}
+		cs, err := election.ReadCandidates(ctx, cli, c.root, c.name)
+		return []shown{{Queue: q, Candidates: cs}}, err
 	}
-	out := make([]shown, len(qs))
-	for i := 0; err == nil && i < len(qs); i++ {
-		out[i].Queue = qs[i]
-		if qs[i].Kind == fencing.KindElection {
-			out[i].Candidates, err = election.ReadCandidates(ctx, cli, c.root, qs[i].Name)
+	qs, err := inspect.ReadPrefix(ctx, cli, c.root, fencing.Kind(c.kind), c.prefix)
+	if err != nil {
+		return nil, err
+	}
+	var cands map[string][]election.Candidate
+	if c.kind == "" || fencing.Kind(c.kind) == fencing.KindElection {
+		if cands, err = election.ReadCandidatesUnder(ctx, cli, c.root, c.prefix); err != nil {
+			return nil, err
 		}
 	}
-	return out, err
+	return withCandidates(qs, cands), nil
+}
+
+// withCandidates puts each election's candidates beside its queue, and lists
+// an election that has candidates and no key queued as a free queue.
+func withCandidates(qs []inspect.Queue, cands map[string][]election.Candidate) []shown {
+	out := make([]shown, 0, len(qs))
+	for _, q := range qs {
+		s := shown{Queue: q}
+		if q.Kind == fencing.KindElection {
+			s.Candidates = cands[q.Name]
+			delete(cands, q.Name)
+		}
+		out = append(out, s)
+	}
+	for _, name := range slices.Sorted(maps.Keys(cands)) {
+		out = append(out, shown{Queue: inspect.Queue{Kind: fencing.KindElection, Name: name, Entries: []inspect.Entry{}},
+			Candidates: cands[name]})
+	}
+	slices.SortStableFunc(out, func(a, b shown) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
+	return out
 }
 
 // keyRange is the etcd key prefix of what the command line asks for: for a

@@ -548,14 +548,16 @@ func TestProgramShowsCandidates(t *testing.T) {
 		cs, err := election.ReadCandidates(t.Context(), c.Admin, c.Root, "svc")
 		return ok && o.Value == "new" && err == nil && len(cs) == 2
 	})
-	code, out, stderr := progtest.Run(t, time.Minute, nil, "--endpoints", c.Endpoints()[0], "--kind", "election", "svc")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	for _, row := range []string{`(?m)^  CANDIDATE\s+PRIORITY\s+DRAINED\s+PREFERRED$`,
-		`(?m)^  "new"\s+1\.5\.0\s+false\s+true$`, `(?m)^  "old"\s+1\.4\.0\s+false\s+false$`} {
-		if !regexp.MustCompile(row).MatchString(out) {
-			t.Errorf("no row %s:\n%s", row, out)
+	for _, args := range [][]string{{"--kind", "election", "svc"}, {"--prefix", ""}} { // one name; every queue
+		code, out, stderr := progtest.Run(t, time.Minute, nil, append([]string{"--endpoints", c.Endpoints()[0]}, args...)...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, stderr)
+		}
+		for _, row := range []string{`(?m)^  CANDIDATE\s+PRIORITY\s+DRAINED\s+PREFERRED$`,
+			`(?m)^  "new"\s+1\.5\.0\s+false\s+true$`, `(?m)^  "old"\s+1\.4\.0\s+false\s+false$`} {
+			if !regexp.MustCompile(row).MatchString(out) {
+				t.Errorf("%q: no row %s:\n%s", args, row, out)
+			}
 		}
 	}
 }

@@ -41,7 +41,7 @@ type Cluster struct {
 	// world in fault tests (deletes keys, revokes leases, compacts).
 	Admin *clientv3.Client
 	// Root is where the helpers that take a name (Queue, WaitNewLeader,
-	// WaitNoKeys, RevokeOwner, DeleteOwner) look for it: fencing.DefaultRoot
+	// RevokeOwner, DeleteOwner) look for it: fencing.DefaultRoot
 	// unless the test sets it to the root its sessions use (fencing.WithRoot).
 	Root string
 	// TLS is nil, or the certificates of a cluster started by SingleTLS.

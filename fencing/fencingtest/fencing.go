@@ -9,7 +9,7 @@ import (
 )
 
 // Wait is how long the kit waits for a condition before it fails the test:
-// the deadline of WaitNewLeader, WaitNoKeys, Receive, Go's stop, and of
+// the deadline of WaitNewLeader, Receive, Go's stop, and of
 // the calls Session and Lock make. Pass it to Ended and WaitFor for the same.
 const Wait = 30 * time.Second
 

@@ -1,7 +1,8 @@
 // Package inspect is the operator's view of leasehold: the key ranges of
 // names (for etcd grants, etcdctl and watches), the queues as etcd holds
-// them, how an election.RunGroup group spreads its names over its replicas,
-// and the timing budget of a session configuration. It only reads; an
+// them, and the timing budget of a session configuration (an election's
+// ranked candidates and RunGroup groups: election.ReadCandidates and
+// ReadGroup). It only reads; an
 // application that locks needs none of it.
 package inspect
 

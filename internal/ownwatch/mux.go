@@ -351,7 +351,9 @@ func (m *Mux) advance(w *Watcher, id int64, resp *pb.WatchResponse) {
 	} else if iw := m.idleByID(id); iw == nil {
 		return
 	} else if resp.Canceled {
+		// etcd keeps a watch it cancelled (compacted) until told to drop it.
 		m.unidle(iw)
+		m.send(cancel(iw.id))
 		return
 	} else {
 		start = &iw.start

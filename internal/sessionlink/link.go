@@ -48,7 +48,7 @@ type Link struct {
 // before it has a session: read by fencing's one parser of options.
 type Settings struct {
 	TTL    time.Duration // as asked, rounded up to whole seconds
-	Logger *slog.Logger  // never nil: a discarding one when unset
+	Logger *slog.Logger  // a discarding one when unset; nil only with Read's error
 }
 
 // Set once by fencing's init, through Register.

@@ -16,8 +16,8 @@ var shared struct {
 }
 
 // Shared returns a single-member cluster that lives until fencingtest.Main's
-// tests end, for Example functions, which get no testing.TB. It exits the
-// test binary with the reason if the cluster cannot start.
+// tests end, for Example functions, which get no testing.TB. It panics with
+// the reason if the cluster cannot start, which ends the test binary.
 func Shared() *fencingtest.Cluster {
 	shared.once.Do(func() {
 		// Background's TB panics with the reason if the cluster cannot start.
