@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/internal/rank"
 	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/watchstream"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -256,13 +257,19 @@ func (o *observer) read() (*Leader, map[string]rank.Record, int64, error) {
 		cur = &Leader{Value: string(kvs[0].Value), Key: string(kvs[0].Key),
 			Token: fencing.Token{Name: o.e.name, Revision: kvs[0].CreateRevision, Cluster: resp.Header.GetClusterId()}}
 	}
-	rs := map[string]rank.Record{}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+	return cur, records(resp.Responses[1].GetResponseRange().Kvs), resp.Header.Revision, nil
+}
+
+// records decodes candidates' records, by key; a record that does not
+// decode is left out, as Run's candidacy does.
+func records(kvs []*mvccpb.KeyValue) map[string]rank.Record {
+	rs := make(map[string]rank.Record, len(kvs))
+	for _, kv := range kvs {
 		if r, err := rank.Decode(string(kv.Key), kv.Value); err == nil {
 			rs[r.Key] = r
 		}
 	}
-	return cur, rs, resp.Header.Revision, nil
+	return rs
 }
 
 // candidateEvent applies a watched change of a candidate's record to rs.

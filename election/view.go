@@ -2,18 +2,16 @@ package election
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/assign"
 	"github.com/leasehold/leasehold/internal/keyspace"
-	"github.com/leasehold/leasehold/internal/rank"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -60,22 +58,17 @@ func readCandidates(ctx context.Context, cli *clientv3.Client, root, prefix stri
 	if err != nil {
 		return nil, err
 	}
-	records := map[string]map[string]rank.Record{}
+	kvsOf := map[string][]*mvccpb.KeyValue{} // each election's records
 	for _, kv := range resp.Kvs {
-		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
-		if !ok || kind != keyspace.KindCandidate {
-			continue
-		}
-		if r, err := rank.Decode(string(kv.Key), kv.Value); err == nil {
-			if records[name] == nil {
-				records[name] = map[string]rank.Record{}
-			}
-			records[name][r.Key] = r
+		if kind, name, ok := keyspace.ParseKey(root, string(kv.Key)); ok && kind == keyspace.KindCandidate {
+			kvsOf[name] = append(kvsOf[name], kv)
 		}
 	}
-	byName := make(map[string][]Candidate, len(records))
-	for name, rs := range records {
-		byName[name] = candidates(rs)
+	byName := make(map[string][]Candidate, len(kvsOf))
+	for name, kvs := range kvsOf {
+		if cs := candidates(records(kvs)); cs != nil {
+			byName[name] = cs
+		}
 	}
 	return byName, nil
 }
@@ -147,30 +140,20 @@ type Replica struct {
 	Weight   int     `json:"weight"`
 }
 
+type replicaAlias Replica // Replica without its JSON methods
+
 // MarshalJSON writes the replica with its lease in hex, as etcdctl does.
 func (r Replica) MarshalJSON() ([]byte, error) {
-	type plain Replica
-	return json.Marshal(struct {
-		plain
-		Lease string `json:"lease"`
-	}{plain(r), strconv.FormatInt(int64(r.Lease), 16)})
+	return keyspace.MarshalLeased((*replicaAlias)(&r), int64(r.Lease))
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (r *Replica) UnmarshalJSON(b []byte) error {
-	type plain Replica
-	v := struct {
-		*plain
-		Lease string `json:"lease"`
-	}{plain: (*plain)(r)}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	id, err := strconv.ParseInt(v.Lease, 16, 64)
+	lease, err := keyspace.UnmarshalLeased(b, (*replicaAlias)(r))
 	if err != nil {
-		return fmt.Errorf("election: lease %q: %w", v.Lease, err)
+		return fmt.Errorf("election: %w", err)
 	}
-	r.Lease = clientv3.LeaseID(id)
+	r.Lease = clientv3.LeaseID(lease)
 	return nil
 }
 

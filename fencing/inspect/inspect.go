@@ -9,7 +9,6 @@ package inspect
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -106,45 +105,21 @@ type Entry struct {
 	Mode string `json:"mode,omitempty"`
 }
 
-// entryJSON is Entry with its lease in hex.
-type entryJSON struct {
-	*entryAlias
-	Lease string `json:"lease"`
-}
-
-type entryAlias Entry
+type entryAlias Entry // Entry without its JSON methods
 
 // MarshalJSON writes the entry with its lease in hex.
 func (e Entry) MarshalJSON() ([]byte, error) {
-	return json.Marshal(entryJSON{(*entryAlias)(&e), formatLease(e.Lease)})
+	return keyspace.MarshalLeased((*entryAlias)(&e), int64(e.Lease))
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (e *Entry) UnmarshalJSON(b []byte) error {
-	v := entryJSON{entryAlias: (*entryAlias)(e)}
-	return decodeLeased(b, &v, &v.Lease, &e.Lease)
-}
-
-// decodeLeased decodes b into v, which puts the lease's hex in *hex, and
-// sets *lease from it.
-func decodeLeased(b []byte, v any, hex *string, lease *clientv3.LeaseID) (err error) {
-	if err := json.Unmarshal(b, v); err != nil {
-		return err
-	}
-	*lease, err = parseLease(*hex)
-	return err
-}
-
-// formatLease writes a lease in hex, as etcdctl and the library's logs do.
-func formatLease(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
-
-// parseLease reads what formatLease writes.
-func parseLease(s string) (clientv3.LeaseID, error) {
-	id, err := strconv.ParseInt(s, 16, 64)
+	lease, err := keyspace.UnmarshalLeased(b, (*entryAlias)(e))
 	if err != nil {
-		return 0, fmt.Errorf("inspect: lease %q: %w", s, err)
+		return fmt.Errorf("inspect: %w", err)
 	}
-	return clientv3.LeaseID(id), nil
+	e.Lease = clientv3.LeaseID(lease)
+	return nil
 }
 
 // Owner returns the queue's first entry, which owns the lock or leads the

@@ -166,7 +166,8 @@ func (m *Mux) idleByID(id int64) *idleWatch {
 // Called with mu held.
 func (m *Mux) create(w *Watcher) *pb.WatchRequest {
 	w.start = 0
-	return create(w)
+	return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
+		CreateRequest: &pb.WatchCreateRequest{Key: []byte(w.o.Key), WatchId: w.id}}}
 }
 
 // endAll ends every watch with the session's cause.
@@ -201,11 +202,6 @@ func (m *Mux) send(r *pb.WatchRequest) {
 
 func cancel(id int64) *pb.WatchRequest {
 	return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}}
-}
-
-func create(w *Watcher) *pb.WatchRequest {
-	return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
-		CreateRequest: &pb.WatchCreateRequest{Key: []byte(w.o.Key), WatchId: w.id}}}
 }
 
 // serve keeps a stream open while the session lives. It opens one again
