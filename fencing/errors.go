@@ -62,6 +62,12 @@ var (
 	// call wrote nothing that stays.
 	ErrLimitMismatch = revqueue.ErrLimitMismatch
 
+	// ErrOverLimit is returned by a Semaphore's AcquireN and TryAcquireN
+	// for more units than the name's limit: they could never be granted.
+	// A waiter gets it when the limit is lowered below its units. The call
+	// wrote nothing that stays.
+	ErrOverLimit = revqueue.ErrOverLimit
+
 	// ErrKeyDeleted means a key of this library was deleted by someone else
 	// (an operator), or replaced. Lock and election's Campaign return it
 	// when their queued key went while they waited (they do not queue again:

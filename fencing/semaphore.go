@@ -8,31 +8,32 @@ import (
 	"github.com/leasehold/leasehold/internal/revqueue"
 )
 
-// Semaphore is a distributed counting semaphore: at most Limit holds of one
-// name at once, across every process and session, granted first come, first
-// served. The Limit oldest keys of the name's queue hold a permit each, so
-// owning its key proves a hold's permit. A hold has everything a Mutex's
-// has: a token, a watched Context, guarded writes, Unlock. Each Acquire
-// queues its own key, so permits of one session exclude each other. A
-// hold's token is greater than that of every hold whose permit was granted
-// before it queued.
+// Semaphore is a distributed weighted semaphore, shaped like
+// golang.org/x/sync/semaphore.Weighted: holds of n units each, at most the
+// name's limit in use at once across every process and session, granted
+// first come, first served. A waiter for n units holds back every waiter
+// behind it, so large requests are not starved by small ones. A hold has
+// everything a Mutex's has, one key whatever its units; owning the key
+// proves its units. A hold's token is greater than that of every hold
+// granted before it queued.
 //
-// Every process using a name must give the same limit: Acquire and
-// TryAcquire return ErrLimitMismatch when a key ahead of theirs was queued
-// with another. To change a limit, stop every process that uses the name.
+// The limit is the one given to NewSemaphore until SetLimit gives the name
+// one of its own, which every process then follows. Without one, every
+// process must give the same limit: a call that meets keys queued with
+// another returns ErrLimitMismatch.
 //
 // A Semaphore holds no state between calls: it is safe for concurrent use.
 type Semaphore struct {
 	s     *Session
 	name  string
 	limit int
-	q     revqueue.Counted
+	q     revqueue.Queue
 }
 
-// NewSemaphore returns the semaphore of limit permits called name on
-// session s. Names follow ValidateName; each name's semaphore is
-// independent of its lock, read-write lock and election. A limit below 1
-// or a nil s returns ErrInvalidArgument, an invalid name ErrInvalidName.
+// NewSemaphore returns the semaphore of limit units called name on session
+// s. Names follow ValidateName; each name's semaphore is independent of its
+// lock, read-write lock and election. A limit below 1 or a nil s returns
+// ErrInvalidArgument, an invalid name ErrInvalidName.
 func NewSemaphore(s *Session, name string, limit int) (*Semaphore, error) {
 	switch {
 	case s == nil:
@@ -44,37 +45,81 @@ func NewSemaphore(s *Session, name string, limit int) (*Semaphore, error) {
 		return nil, fmt.Errorf("fencing: NewSemaphore: %w", err)
 	}
 	q := revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindSemaphore), name), Latency: s.link.Latency, Watches: s.link.Watches}
-	return &Semaphore{s: s, name: name, limit: limit, q: revqueue.NewCounted(q, limit)}, nil
+	return &Semaphore{s: s, name: name, limit: limit, q: q}, nil
 }
 
-// Limit returns the number of permits.
+// Limit returns the limit the semaphore was made with; the name's own,
+// once SetLimit set one, overrides it.
 func (m *Semaphore) Limit() int { return m.limit }
 
-// Acquire blocks until this call holds a permit, and returns the Hold. On
+// Acquire is AcquireN for one unit.
+func (m *Semaphore) Acquire(ctx context.Context) (*Hold, error) { return m.AcquireN(ctx, 1) }
+
+// AcquireN blocks until this call holds n units, and returns the Hold. On
 // success the hold's key existed, on the session's live lease, at a
-// revision where fewer than Limit keys were older.
+// revision where its units and those of every older key fitted the limit.
 //
 // Uncontended, it sends one request. Contended, it wakes only when its
-// turn may have come: a release wakes the one waiter it admits, whatever
-// the number of waiters. Its errors, retries and cleanup are Mutex.Lock's,
-// plus ErrLimitMismatch.
-func (m *Semaphore) Acquire(ctx context.Context) (*Hold, error) {
-	if err := m.usable(ctx); err != nil {
+// turn may have come, whatever the number of waiters. n below 1 returns
+// ErrInvalidArgument and n above the name's limit ErrOverLimit, also for a
+// waiter when the limit is lowered below n. Its errors, retries and cleanup
+// are otherwise Mutex.Lock's, plus ErrLimitMismatch.
+func (m *Semaphore) AcquireN(ctx context.Context, n int) (*Hold, error) {
+	c, err := m.counted(ctx, n)
+	if err != nil {
 		return nil, fmt.Errorf("fencing: acquire: %w", err)
 	}
-	return m.s.hold(ctx, "acquire", KindSemaphore, m.name, m.q.Acquire)
+	return m.s.hold(ctx, "acquire", KindSemaphore, m.name, c.Acquire)
 }
 
-// TryAcquire takes a permit if one is free and nobody waits, without
-// waiting: one request when no key is queued or every permit is taken, two
-// when some are free. Otherwise it returns an error wrapping ErrLocked,
-// naming the oldest holder, and writes nothing. Its other errors are
-// Acquire's.
-func (m *Semaphore) TryAcquire(ctx context.Context) (*Hold, error) {
-	if err := m.usable(ctx); err != nil {
+// TryAcquire is TryAcquireN for one unit.
+func (m *Semaphore) TryAcquire(ctx context.Context) (*Hold, error) { return m.TryAcquireN(ctx, 1) }
+
+// TryAcquireN takes n units if they are free and nobody waits, without
+// waiting: one request when no key is queued and the name has no limit of
+// its own, two otherwise. If they are not free it returns an error
+// wrapping ErrLocked, naming the oldest holder, and writes nothing. Its
+// other errors are AcquireN's.
+func (m *Semaphore) TryAcquireN(ctx context.Context, n int) (*Hold, error) {
+	c, err := m.counted(ctx, n)
+	if err != nil {
 		return nil, fmt.Errorf("fencing: tryacquire: %w", err)
 	}
-	return m.s.tryHold(ctx, "tryacquire", KindSemaphore, m.name, m.q.TryAcquire)
+	return m.s.tryHold(ctx, "tryacquire", KindSemaphore, m.name, c.TryAcquire)
+}
+
+// SetLimit makes limit the name's limit, for every process that uses the
+// name, whatever limit it was made with. Raising it admits the waiters
+// that now fit at once. Lowering it takes no units back: no one is
+// admitted until the units in use fit the new limit, and waiters for more
+// units than it fail with ErrOverLimit.
+//
+// The limit stays, in one key of the name that is on no lease, until an
+// operator deletes it; delete it only while no process uses the name.
+// Every process using the name must run a version that knows this key.
+// A limit below 1 returns ErrInvalidArgument.
+func (m *Semaphore) SetLimit(ctx context.Context, limit int) error {
+	if err := m.usable(ctx); err != nil {
+		return fmt.Errorf("fencing: setlimit: %w", err)
+	}
+	if limit < 1 {
+		return fmt.Errorf("fencing: setlimit %q: %w: limit %d, want at least 1", m.name, ErrInvalidArgument, limit)
+	}
+	if err := revqueue.NewCounted(m.q, m.limit, 1).SetLimit(ctx, &m.s.link.Session, limit); err != nil {
+		return fmt.Errorf("fencing: setlimit %q: %w", m.name, acquireError(m.s, err))
+	}
+	return nil
+}
+
+// counted is the queue of holds of n units, or why it cannot be used.
+func (m *Semaphore) counted(ctx context.Context, n int) (revqueue.Counted, error) {
+	if err := m.usable(ctx); err != nil {
+		return revqueue.Counted{}, err
+	}
+	if n < 1 {
+		return revqueue.Counted{}, fmt.Errorf("%q: %w: %d units, want at least 1", m.name, ErrInvalidArgument, n)
+	}
+	return revqueue.NewCounted(m.q, m.limit, n), nil
 }
 
 func (m *Semaphore) usable(ctx context.Context) error {

@@ -102,8 +102,9 @@ type Entry struct {
 	// Under a rule other than the mutex's (Counted, Readers), what the
 	// entry waits on instead of pred; nil once it owns.
 	ahead []target
-	puts  bool // a put on ahead[0] may also let it own: the waiter ahead was admitted
-	fast  bool // the end of any of ahead lets it own: confirm needs only its own key
+	puts  bool      // a put on ahead[0] may also let it own: the waiter ahead was admitted
+	fast  bool      // the end of any of ahead lets it own: confirm needs only its own key
+	w     *weighing // a weighted semaphore's entry: what it knows of the keys ahead
 
 	// Also are the results of the Queue's Also, read in the txn of the
 	// entry's last read (the one that found it owns, once it does), at
@@ -123,7 +124,7 @@ func (e *Entry) Owner() bool { return e.pred == "" && e.ahead == nil }
 
 // waitingOn says what the entry waits for, to tell whether a read moved it on.
 func (e *Entry) waitingOn() target {
-	if e.ahead != nil {
+	if len(e.ahead) > 0 {
 		return target{e.ahead[0].key, int64(len(e.ahead))}
 	}
 	return target{e.pred, e.predRev}

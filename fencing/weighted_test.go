@@ -1,0 +1,364 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/fencing/inspect"
+	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
+)
+
+// The tests of golang.org/x/sync/semaphore, as far as they apply, against
+// a real etcd: TestWeighted…, TestLargeAcquireDoesntStarve,
+// TestAllocCancelDoesntStarve. x/sync panics on a release of more than is
+// held and on negative weights; here a Hold releases what it holds, and
+// bad weights get ErrInvalidArgument (TestWeightedBadInput).
+
+func goAcquireN(ctx context.Context, m *fencing.Semaphore, n int) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		h, err := m.AcquireN(ctx, n)
+		ch <- result{h, err}
+	}()
+	return ch
+}
+
+func acquireN(t testing.TB, m *fencing.Semaphore, n int) *fencing.Hold {
+	t.Helper()
+	h, err := m.AcquireN(fencingtest.Context(t, wait), n)
+	if err != nil {
+		t.Fatalf("AcquireN(%d): %v", n, err)
+	}
+	return h
+}
+
+func unlock(t testing.TB, hs ...*fencing.Hold) {
+	t.Helper()
+	for _, h := range hs {
+		if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// x/sync's TestWeighted: workers acquire random weights up to the limit
+// and release them, again and again; the units held at once, counted
+// between each AcquireN's return and its Unlock, never pass the limit.
+func TestWeighted(t *testing.T) {
+	const (
+		limit   = 4
+		workers = 6
+		loops   = 15
+	)
+	c := fencingtest.Single(t)
+	var (
+		mu         sync.Mutex
+		inUse, top int
+		wg         sync.WaitGroup
+	)
+	for w := range workers {
+		m := newSemaphore(t, newSession(t, c.Client(t)), "weighted", limit)
+		rng := rand.New(rand.NewPCG(uint64(w), 1))
+		wg.Go(func() {
+			for range loops {
+				n := 1 + rng.IntN(limit)
+				h, err := m.AcquireN(fencingtest.Context(t, wait), n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				inUse += n
+				top = max(top, inUse)
+				over := inUse > limit
+				mu.Unlock()
+				if over {
+					t.Errorf("%d units in use, limit %d", inUse, limit)
+				}
+				mu.Lock()
+				inUse -= n
+				mu.Unlock()
+				if err := h.Unlock(fencingtest.Context(t, wait)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("at most %d units held at once", top)
+	if keys := semKeys(t, c, "weighted"); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+// x/sync's TestWeightedTryAcquire: with a limit of 2, two units are taken
+// one at a time, the third refused, and one is taken again after a release.
+func TestWeightedTryAcquire(t *testing.T) {
+	c := fencingtest.Single(t)
+	var ctr etcdtest.Counter
+	m := newSemaphore(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr))), "try-weighted", 2)
+	ctx := fencingtest.Context(t, wait)
+	ctr.Reset()
+	h2, err := m.TryAcquireN(ctx, 2)
+	if err != nil {
+		t.Fatalf("TryAcquireN(2) of an empty semaphore: %v", err)
+	}
+	if got := ctr.Requests("Txn"); got != 1 {
+		t.Errorf("TryAcquireN of an empty semaphore sent %d txns; want 1", got)
+	}
+	if _, err := m.TryAcquireN(ctx, 1); !errors.Is(err, fencing.ErrLocked) {
+		t.Fatalf("TryAcquireN(1) with both held: %v; want ErrLocked", err)
+	}
+	unlock(t, h2)
+	var held []*fencing.Hold
+	for i := range 2 {
+		h, err := m.TryAcquireN(ctx, 1)
+		if err != nil {
+			t.Fatalf("TryAcquireN(1) #%d: %v", i, err)
+		}
+		held = append(held, h)
+	}
+	if _, err := m.TryAcquireN(ctx, 1); !errors.Is(err, fencing.ErrLocked) {
+		t.Fatalf("a third TryAcquireN(1): %v; want ErrLocked", err)
+	}
+	unlock(t, held[0])
+	h, err := m.TryAcquireN(ctx, 1)
+	if err != nil {
+		t.Fatalf("TryAcquireN(1) after a release: %v", err)
+	}
+	unlock(t, held[1], h)
+	if keys := semKeys(t, c, "try-weighted"); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+// x/sync's TestWeightedAcquire: an AcquireN whose ctx ends while it waits
+// returns ctx's error and leaves no key; the units it waited for are then
+// taken by the next.
+func TestWeightedAcquire(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "acq-weighted", 2)
+	h := acquireN(t, m, 1)
+	ctx, cancel := context.WithCancel(fencingtest.Context(t, wait))
+	ch := goAcquireN(ctx, m, 2)
+	fencingtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(semKeys(t, c, "acq-weighted")) == 2 })
+	cancel()
+	if r := fencingtest.Receive(t, ch, "the cancelled AcquireN"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled AcquireN: %v; want context.Canceled", r.err)
+	}
+	fencingtest.WaitFor(t, wait, "the cancelled waiter's key gone", func() bool { return len(semKeys(t, c, "acq-weighted")) == 1 })
+	h1 := acquireN(t, m, 1)
+	unlock(t, h, h1)
+}
+
+// x/sync's TestWeightedDoesntBlockIfTooBig: a request above the limit fails
+// at once, with ErrOverLimit and no key, and holds nobody back.
+func TestWeightedDoesntBlockIfTooBig(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "too-big", 2)
+	h := acquireN(t, m, 1)
+	ctx := fencingtest.Context(t, wait)
+	if _, err := m.AcquireN(ctx, 3); !errors.Is(err, fencing.ErrOverLimit) {
+		t.Fatalf("AcquireN(3) of a limit of 2: %v; want ErrOverLimit", err)
+	}
+	if _, err := m.TryAcquireN(ctx, 3); !errors.Is(err, fencing.ErrOverLimit) {
+		t.Fatalf("TryAcquireN(3) of a limit of 2: %v; want ErrOverLimit", err)
+	}
+	h1 := acquireN(t, m, 1)
+	if keys := semKeys(t, c, "too-big"); len(keys) != 2 {
+		t.Fatalf("keys: %v; want the two holds'", keys)
+	}
+	unlock(t, h, h1)
+}
+
+// x/sync's TestLargeAcquireDoesntStarve: a waiter for the whole limit is
+// served before smaller requests that came after it, though units for
+// them were free: FIFO, the head blocks.
+func TestLargeAcquireDoesntStarve(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "starve", 2)
+	h := acquireN(t, m, 1)
+	ctx := fencingtest.Context(t, wait)
+	large := goAcquireN(ctx, m, 2)
+	fencingtest.WaitFor(t, wait, "the large waiter to queue", func() bool { return len(semKeys(t, c, "starve")) == 2 })
+	if _, err := m.TryAcquireN(ctx, 1); !errors.Is(err, fencing.ErrLocked) {
+		t.Fatalf("TryAcquireN(1) behind a waiter: %v; want ErrLocked", err)
+	}
+	small := goAcquireN(ctx, m, 1)
+	fencingtest.WaitFor(t, wait, "the small waiter to queue", func() bool { return len(semKeys(t, c, "starve")) == 3 })
+	pending(t, large, "the large AcquireN")
+	pending(t, small, "the small AcquireN, behind the large")
+	unlock(t, h)
+	hl := received(t, large, "the large AcquireN")
+	pending(t, small, "the small AcquireN, behind the large holder")
+	unlock(t, hl)
+	unlock(t, received(t, small, "the small AcquireN"))
+}
+
+// x/sync's TestAllocCancelDoesntStarve: a large waiter at the head that
+// gives up lets the smaller ones behind it in at once.
+func TestAllocCancelDoesntStarve(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "cancel-head", 10)
+	h := acquireN(t, m, 1)
+	lctx, cancel := context.WithCancel(fencingtest.Context(t, wait))
+	large := goAcquireN(lctx, m, 10)
+	fencingtest.WaitFor(t, wait, "the large waiter to queue", func() bool { return len(semKeys(t, c, "cancel-head")) == 2 })
+	small := goAcquireN(fencingtest.Context(t, wait), m, 1)
+	fencingtest.WaitFor(t, wait, "the small waiter to queue", func() bool { return len(semKeys(t, c, "cancel-head")) == 3 })
+	pending(t, small, "the small AcquireN, behind the large")
+	cancel()
+	if r := fencingtest.Receive(t, large, "the cancelled large AcquireN"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled AcquireN: %v", r.err)
+	}
+	unlock(t, received(t, small, "the small AcquireN"), h)
+}
+
+// Bad weights get a sentinel, never a panic, and leave no key.
+func TestWeightedBadInput(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "bad-weights", 2)
+	ctx := fencingtest.Context(t, wait)
+	for name, call := range map[string]func() error{
+		"AcquireN(0)":     func() error { _, err := m.AcquireN(ctx, 0); return err },
+		"AcquireN(-1)":    func() error { _, err := m.AcquireN(ctx, -1); return err },
+		"TryAcquireN(0)":  func() error { _, err := m.TryAcquireN(ctx, 0); return err },
+		"TryAcquireN(-3)": func() error { _, err := m.TryAcquireN(ctx, -3); return err },
+		"SetLimit(0)":     func() error { return m.SetLimit(ctx, 0) },
+		"SetLimit(nil)":   func() error { var z *fencing.Semaphore; return z.SetLimit(ctx, 1) },
+	} {
+		if err := call(); !errors.Is(err, fencing.ErrInvalidArgument) {
+			t.Errorf("%s: %v; want ErrInvalidArgument", name, err)
+		}
+	}
+	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+// One key per hold whatever its units, and one request for an uncontended
+// AcquireN, as for one unit.
+func TestWeightedHoldIsOneKeyAndOneRequest(t *testing.T) {
+	c := fencingtest.Single(t)
+	var ctr etcdtest.Counter
+	m := newSemaphore(t, newSession(t, c.Client(t, etcdtest.WithCounter(&ctr))), "one-key", 5)
+	ctr.Reset()
+	h := acquireN(t, m, 3)
+	if got := ctr.Requests(""); got != 1 {
+		t.Errorf("an uncontended AcquireN(3) sent %d requests; want 1 (%v)", got, &ctr)
+	}
+	if keys := semKeys(t, c, "one-key"); len(keys) != 1 || !strings.Contains(keys[0], "/5x3/") {
+		t.Errorf("keys of a hold of 3 units: %v; want one, under 5x3/", keys)
+	}
+	unlock(t, h)
+}
+
+// Raising the limit admits the waiters that now fit at once, with no
+// release.
+func TestSetLimitRaiseAdmitsAtOnce(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "raise", 2)
+	h := acquireN(t, m, 2)
+	ctx := fencingtest.Context(t, wait)
+	second := goAcquireN(ctx, m, 1)
+	fencingtest.WaitFor(t, wait, "the first waiter to queue", func() bool { return len(semKeys(t, c, "raise")) == 2 })
+	third := goAcquireN(ctx, m, 2)
+	fencingtest.WaitFor(t, wait, "the second waiter to queue", func() bool { return len(semKeys(t, c, "raise")) == 3 })
+	if err := m.SetLimit(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	h2, h3 := received(t, second, "a waiter after the raise"), received(t, third, "the next waiter after the raise")
+	// Made with another limit, a process follows the name's.
+	other := newSemaphore(t, newSession(t, c.Client(t)), "raise", 7)
+	if _, err := other.TryAcquireN(ctx, 1); !errors.Is(err, fencing.ErrLocked) {
+		t.Errorf("TryAcquireN with the 5 units of the name's limit in use: %v; want ErrLocked", err)
+	}
+	unlock(t, h)
+	h4, err := other.TryAcquireN(ctx, 1)
+	if err != nil {
+		t.Fatalf("TryAcquireN with a unit free under the name's limit: %v", err)
+	}
+	unlock(t, h2, h3, h4)
+}
+
+// Lowering the limit takes nothing back and admits no one until the units
+// in use fit; a waiter for more than the new limit fails with ErrOverLimit
+// and leaves no key.
+func TestSetLimitLowerAdmitsNoneUntilFit(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "lower", 4)
+	a, b := acquireN(t, m, 2), acquireN(t, m, 2)
+	ctx := fencingtest.Context(t, wait)
+	big := goAcquireN(ctx, m, 3)
+	fencingtest.WaitFor(t, wait, "the big waiter to queue", func() bool { return len(semKeys(t, c, "lower")) == 3 })
+	if err := m.SetLimit(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r := fencingtest.Receive(t, big, "the waiter for 3 units of a limit of 2"); !errors.Is(r.err, fencing.ErrOverLimit) {
+		t.Fatalf("waiter for 3 units after the limit went to 2: %v; want ErrOverLimit", r.err)
+	}
+	small := goAcquireN(ctx, m, 1)
+	fencingtest.WaitFor(t, wait, "the small waiter to queue", func() bool { return len(semKeys(t, c, "lower")) == 3 })
+	for _, h := range []*fencing.Hold{a, b} {
+		if err := h.Context().Err(); err != nil {
+			t.Fatalf("a hold's context ended when the limit was lowered: %v", context.Cause(h.Context()))
+		}
+	}
+	unlock(t, a)
+	pending(t, small, "a waiter for 1 unit while 2 of a limit of 2 are in use")
+	unlock(t, b)
+	unlock(t, received(t, small, "the waiter once the units in use fit"))
+	if keys := semKeys(t, c, "lower"); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+// The weighted semaphore under faults (TestSemaphoreNeverOverLimitUnderFaults
+// with weights of 1 to 3 of a limit of 4): at the revision of every guarded
+// write, the units of its key and of every older key alive fitted the limit.
+func TestWeightedNeverOverLimitUnderFaults(t *testing.T) {
+	etcdtest.Long(t)
+	const (
+		limit   = 4
+		workers = 6
+		name    = "faulty-weighted"
+	)
+	c := fencingtest.Single(t)
+	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, name)
+	var log writeLog
+	took := underFaults(t, c, workers, &log, func(s *fencing.Session) (picker, error) {
+		m, err := fencing.NewSemaphore(s, name, limit)
+		return func(rng *rand.Rand) (string, func(context.Context) (*fencing.Hold, error)) {
+			n := 1 + rng.IntN(3)
+			return fmt.Sprint(n, " units"), func(ctx context.Context) (*fencing.Hold, error) { return m.AcquireN(ctx, n) }
+		}, err
+	})
+	t.Logf("holds by weight: %v", took)
+	log.checkHistory(t, c, p, func(alive []queued, me queued) error {
+		units := 0
+		for _, k := range alive {
+			_, n, ok := keyspace.ParseUnitsDir(strings.TrimPrefix(k.key, p))
+			if !ok {
+				return fmt.Errorf("%s is no semaphore key", k.key)
+			}
+			units += n
+			if k == me {
+				break
+			}
+		}
+		if units > limit {
+			return fmt.Errorf("%s@%d wrote with %d units at or ahead of it", me.key, me.rev, units)
+		}
+		return nil
+	})
+	fencingtest.WaitFor(t, wait, "no key left", func() bool { return len(semKeys(t, c, name)) == 0 })
+}
