@@ -68,6 +68,10 @@ var (
 	// wrote nothing that stays.
 	ErrOverLimit = revqueue.ErrOverLimit
 
+	// ErrRevoked is the cause, wrapping ErrKeyDeleted, of the context of a
+	// Semaphore's hold that SetLimit revoked (RevokeOverLimit).
+	ErrRevoked = ownwatch.ErrRevoked
+
 	// ErrKeyDeleted means a key of this library was deleted by someone else
 	// (an operator), or replaced. Lock and election's Campaign return it
 	// when their queued key went while they waited (they do not queue again:

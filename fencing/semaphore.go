@@ -90,26 +90,45 @@ func (m *Semaphore) TryAcquireN(ctx context.Context, n int) (*Hold, error) {
 
 // SetLimit makes limit the name's limit, for every process that uses the
 // name, whatever limit it was made with. Raising it admits the waiters
-// that now fit at once. Lowering it takes no units back: no one is
-// admitted until the units in use fit the new limit, and waiters for more
-// units than it fail with ErrOverLimit.
+// that now fit at once. Lowering it admits no one until the units in use
+// fit, and waiters for more units than the limit fail with ErrOverLimit.
+// It takes no units back unless RevokeOverLimit is given.
 //
 // The limit stays, in one key of the name that is on no lease, until an
 // operator deletes it; delete it only while no process uses the name.
 // Every process using the name must run a version that knows this key.
 // A limit below 1 returns ErrInvalidArgument.
-func (m *Semaphore) SetLimit(ctx context.Context, limit int) error {
+func (m *Semaphore) SetLimit(ctx context.Context, limit int, opts ...LimitOption) error {
 	if err := m.usable(ctx); err != nil {
 		return fmt.Errorf("fencing: setlimit: %w", err)
 	}
 	if limit < 1 {
 		return fmt.Errorf("fencing: setlimit %q: %w: limit %d, want at least 1", m.name, ErrInvalidArgument, limit)
 	}
-	if err := revqueue.NewCounted(m.q, m.limit, 1).SetLimit(ctx, &m.s.link.Session, limit); err != nil {
+	var o limitOptions
+	for _, opt := range opts {
+		if opt == nil {
+			return fmt.Errorf("fencing: setlimit %q: %w: nil option", m.name, ErrInvalidArgument)
+		}
+		opt(&o)
+	}
+	if err := revqueue.NewCounted(m.q, m.limit, 1).SetLimit(ctx, &m.s.link.Session, limit, o.revoke); err != nil {
 		return fmt.Errorf("fencing: setlimit %q: %w", m.name, acquireError(m.s, err))
 	}
 	return nil
 }
+
+// LimitOption configures SetLimit.
+type LimitOption func(*limitOptions)
+
+type limitOptions struct{ revoke bool }
+
+// RevokeOverLimit makes SetLimit take units back when the new limit is
+// below the units in use: it deletes the keys of the newest holds, in the
+// same write as the limit, until the rest fit. A revoked hold's context
+// ends with ErrRevoked (wrapping ErrKeyDeleted), and its guarded writes
+// fail from that revision on, as after any loss.
+func RevokeOverLimit() LimitOption { return func(o *limitOptions) { o.revoke = true } }
 
 // counted is the queue of holds of n units, or why it cannot be used.
 func (m *Semaphore) counted(ctx context.Context, n int) (revqueue.Counted, error) {

@@ -362,3 +362,36 @@ func TestWeightedNeverOverLimitUnderFaults(t *testing.T) {
 	})
 	fencingtest.WaitFor(t, wait, "no key left", func() bool { return len(semKeys(t, c, name)) == 0 })
 }
+
+// With RevokeOverLimit, lowering the limit deletes the newest holds until
+// the rest fit: their contexts end with ErrRevoked, their guarded writes
+// fail, and the older hold keeps its units.
+func TestSetLimitRevokesNewestHolds(t *testing.T) {
+	c := fencingtest.Single(t)
+	cli := c.Client(t)
+	m := newSemaphore(t, newSession(t, cli), "revoke", 3)
+	a, b := acquireN(t, m, 1), acquireN(t, m, 2)
+	bctx := b.Context()
+	ctx := fencingtest.Context(t, wait)
+	waiter := goAcquireN(ctx, m, 1)
+	fencingtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(semKeys(t, c, "revoke")) == 3 })
+	if err := m.SetLimit(ctx, 1, fencing.RevokeOverLimit()); err != nil {
+		t.Fatal(err)
+	}
+	fencingtest.WaitFor(t, wait, "the revoked hold's context to end", func() bool { return bctx.Err() != nil })
+	if cause := context.Cause(bctx); !errors.Is(cause, fencing.ErrRevoked) || !errors.Is(cause, fencing.ErrKeyDeleted) {
+		t.Errorf("the revoked hold's cause: %v; want ErrRevoked and ErrKeyDeleted", cause)
+	}
+	if resp, err := cli.Txn(ctx).If(b.IsOwner()).Commit(); err != nil || resp.Succeeded {
+		t.Errorf("a guarded txn of the revoked hold: %v, succeeded %v", err, err == nil && resp.Succeeded)
+	}
+	if err := a.Context().Err(); err != nil {
+		t.Fatalf("the older hold's context ended: %v", context.Cause(a.Context()))
+	}
+	pending(t, waiter, "a waiter while the unit of a limit of 1 is in use")
+	unlock(t, a)
+	unlock(t, received(t, waiter, "the waiter once the older hold let go"))
+	if err := b.Unlock(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Errorf("Unlock of the revoked hold: %v; want ErrNotHeld", err)
+	}
+}

@@ -27,6 +27,10 @@ const Sep = "#"
 // MaxNameLen is the longest name, in bytes.
 const MaxNameLen = 512
 
+// KindSemaphore names a semaphore's queue (fencing.KindSemaphore), whose
+// limit record is beside it (LimitKey).
+const KindSemaphore = "semaphore"
+
 // Kinds of keys that are no ownership, beside fencing's kinds of queue.
 const (
 	// KindGroup names the membership keys of an election.RunGroup group,

@@ -26,6 +26,11 @@ var ErrKeyDeleted = errors.New("key deleted")
 // again after Seen: a semaphore's waiter learns that the key ahead moved up.
 var ErrKeyWritten = errors.New("key written again")
 
+// ErrRevoked is the cause, wrapping ErrKeyDeleted, of a watched context
+// whose key was deleted by the write of its Owner's Revoker: a semaphore's
+// hold revoked when its limit was lowered.
+var ErrRevoked = errors.New("revoked")
+
 // Owner names the key to watch and the create revision that proves
 // ownership.
 type Owner struct {
@@ -56,6 +61,10 @@ type Owner struct {
 	// Seen, if past Rev, is a revision at which the key was read alive at
 	// Rev: a watch that starts there, or earlier, needs no read to arm.
 	Seen int64
+	// Revoker, if set, is a key whose write may delete the owner key (a
+	// semaphore's limit record): a delete at the revision it was written is
+	// a revocation, reported with ErrRevoked.
+	Revoker string
 	// Puts, if set, ends the watch also when the key is written again after
 	// Seen, with ErrKeyWritten: a waiter's, not an owner's (Owners is then
 	// the waiter's own registry).
@@ -290,7 +299,25 @@ func (w *Watcher) run(wch clientv3.WatchChan) {
 // never delays the cancel at ValidUntil, which the session does on its own.
 func (w *Watcher) goneCause(ev *clientv3.Event) error {
 	gone := fmt.Errorf("%w: %q %v at revision %d", ErrKeyDeleted, w.o.Key, ev.Type, ev.Kv.ModRevision)
-	return w.leaseCause(gone, ev.Type == clientv3.EventTypeDelete)
+	cause := w.leaseCause(gone, ev.Type == clientv3.EventTypeDelete)
+	if cause != gone || ev.Type != clientv3.EventTypeDelete || w.o.Revoker == "" {
+		return cause
+	}
+	return w.revokedCause(gone, ev.Kv.ModRevision)
+}
+
+// revokedCause is gone, wrapped in ErrRevoked when the Revoker was written
+// at rev, the revision of the delete: one read, at that revision.
+func (w *Watcher) revokedCause(gone error, rev int64) error {
+	ctx, cancel := context.WithTimeout(w.ctx, leaseCheckTimeout)
+	defer cancel()
+	g, err := retry.Once(w.o.Latency, ctx, ctx, func() (*clientv3.GetResponse, error) {
+		return w.o.Client.Get(ctx, w.o.Revoker, clientv3.WithRev(rev), clientv3.WithKeysOnly())
+	})
+	if err != nil || len(g.Kvs) == 0 || g.Kvs[0].ModRevision != rev {
+		return gone
+	}
+	return fmt.Errorf("%w by a write of %s: %w", ErrRevoked, w.o.Revoker, gone)
 }
 
 // leaseCause is gone, wrapped in the lease's end when the key was deleted

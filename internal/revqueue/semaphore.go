@@ -420,17 +420,22 @@ func reverse(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 	return r
 }
 
+// maxRevoked bounds the holds one SetLimit revokes: their deletes share a
+// txn with the record's put, and etcd allows 128 operations in one.
+const maxRevoked = 120
+
 // SetLimit makes limit the name's limit, read by every entry from now on.
 // Its record names the newest key that holds at its revision (by the
-// previous limit, a mark, or an earlier record): those keep their units.
-// It reads the queue, then writes the record only if no key of the queue
-// was written since (every grant is a write), and reads again otherwise,
-// until ctx ends.
-func (c Counted) SetLimit(ctx context.Context, s *Session, limit int) error {
+// previous limit, a mark, or an earlier record): those keep their units,
+// unless revoke is set: then the newest of them are deleted, in the same
+// txn, until the units of the rest fit. It reads the queue, then writes
+// only if no key of the queue was written since (every grant is a write),
+// and reads again otherwise, until ctx ends.
+func (c Counted) SetLimit(ctx context.Context, s *Session, limit int, revoke bool) error {
 	var unsure bool
 	return retry.Until(ctx, s.Life, c.Latency, &unsure, func(ctx context.Context) error {
 		for {
-			done, err := c.setLimit(ctx, limit)
+			done, err := c.setLimit(ctx, limit, revoke)
 			if err != nil || done {
 				return err
 			}
@@ -438,7 +443,7 @@ func (c Counted) SetLimit(ctx context.Context, s *Session, limit int) error {
 	})
 }
 
-func (c Counted) setLimit(ctx context.Context, limit int) (done bool, err error) {
+func (c Counted) setLimit(ctx context.Context, limit int, revoke bool) (done bool, err error) {
 	resp, err := c.Client.Txn(ctx).Then(clientv3.OpGet(c.Record),
 		clientv3.OpGet(c.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))).Commit()
@@ -453,36 +458,64 @@ func (c Counted) setLimit(ctx context.Context, limit int) (done bool, err error)
 	if err := c.setRecord(w, rec); err != nil {
 		return false, err
 	}
-	held, err := c.heldThrough(w, rec != nil, resp.Responses[1].GetResponseRange().Kvs)
+	held, err := c.holding(w, rec != nil, resp.Responses[1].GetResponseRange().Kvs)
 	if err != nil {
 		return false, err
+	}
+	newest := w.held
+	if len(held) > 0 {
+		newest = max(newest, held[len(held)-1].rev)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(c.Record, string(keyspace.MarshalLimit(keyspace.Limit{Limit: limit, Held: newest})))}
+	if revoke {
+		if ops, err = revocations(ops, held, limit); err != nil {
+			return false, err
+		}
 	}
 	put, err := c.Client.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(c.Record), "=", w.recMod),
 		clientv3.Compare(clientv3.ModRevision(c.Prefix), "<", resp.Header.Revision+1).WithPrefix(),
-	).Then(clientv3.OpPut(c.Record, string(keyspace.MarshalLimit(keyspace.Limit{Limit: limit, Held: held})))).Commit()
+	).Then(ops...).Commit()
 	if err != nil {
 		return false, err
 	}
 	return put.Succeeded, nil
 }
 
-// heldThrough is the newest create revision of the keys that hold among
-// queue, oldest first, under w's record (byRecord) or each key's own limit.
-func (c Counted) heldThrough(w *weighing, byRecord bool, queue []*mvccpb.KeyValue) (int64, error) {
-	held, sum := w.held, 0
+// holding returns the keys that hold among queue, oldest first, under w's
+// record (byRecord) or each key's own limit.
+func (c Counted) holding(w *weighing, byRecord bool, queue []*mvccpb.KeyValue) ([]weighed, error) {
+	var held []weighed
+	sum := 0
 	for _, kv := range queue {
 		limit, units, err := c.parse(kv)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		if byRecord {
 			limit = w.limit
 		}
 		sum += units
 		if kv.Version >= 2 || kv.CreateRevision <= w.held || sum <= limit {
-			held = max(held, kv.CreateRevision)
+			held = append(held, weighed{target{string(kv.Key), kv.CreateRevision}, units})
 		}
 	}
 	return held, nil
+}
+
+// revocations adds to ops the deletes of the newest of held until the
+// units of the rest fit limit.
+func revocations(ops []clientv3.Op, held []weighed, limit int) ([]clientv3.Op, error) {
+	sum := 0
+	for _, k := range held {
+		sum += k.units
+	}
+	for i := len(held) - 1; i >= 0 && sum > limit; i-- {
+		if len(ops) > maxRevoked {
+			return nil, fmt.Errorf("semaphore: more than %d holds to revoke at once", maxRevoked)
+		}
+		ops = append(ops, clientv3.OpDelete(held[i].key))
+		sum -= held[i].units
+	}
+	return ops, nil
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/revqueue"
 )
@@ -76,6 +77,10 @@ func Read[O any](opts []O) (Settings, error) { return settings.(func([]O) (Setti
 // Owner describes, for a watch, the ownership of key created at rev on l's
 // lease.
 func (l *Link) Owner(key string, rev int64) ownwatch.Owner {
-	return ownwatch.Owner{Client: l.Client, Key: key, Rev: rev, Life: l.Life, LeaseID: l.Lease, Expired: l.Expired,
+	o := ownwatch.Owner{Client: l.Client, Key: key, Rev: rev, Life: l.Life, LeaseID: l.Lease, Expired: l.Expired,
 		Owners: l.Owners, Go: l.Go, Mux: l.Watches, Latency: l.Latency}
+	if kind, name, ok := keyspace.ParseKey(l.Root, key); ok && kind == keyspace.KindSemaphore {
+		o.Revoker = keyspace.LimitKey(keyspace.Prefix(l.Root, kind, name)) // SetLimit may revoke the hold
+	}
+	return o
 }
