@@ -6,8 +6,8 @@ import "github.com/leasehold/leasehold/internal/keyspace"
 type Kind string
 
 const (
-	KindLock      Kind = "lock"      // a Hold of a Mutex
+	KindLock      Kind = "lock"                 // a Hold of a Mutex
 	KindSemaphore Kind = keyspace.KindSemaphore // a Hold of units of a Semaphore
-	KindRWLock    Kind = "rwlock"    // a Hold of an RWMutex, read or write
-	KindElection  Kind = "election"  // a term of an election (package election)
+	KindRWLock    Kind = "rwlock"               // a Hold of an RWMutex, read or write
+	KindElection  Kind = "election"             // a term of an election (package election)
 )
