@@ -488,7 +488,7 @@ func TestShowsSemaphoreAndRWLock(t *testing.T) {
 	}
 	ep := c.Endpoints()[0]
 	code, out, stderr := progtest.Run(t, time.Minute, nil, "--endpoints", ep, "--kind", "semaphore", "migrations")
-	if code != 0 || !strings.Contains(out, `semaphore "migrations"`) || !strings.Contains(out, "limit 2, 2 in use, 1 waiting") {
+	if code != 0 || !strings.Contains(out, `semaphore "migrations"`) || !strings.Contains(out, "limit 2, 2 units in use by 2 holds, 1 waiting") {
 		t.Fatalf("semaphore: exit %d\n%s\n%s", code, out, stderr)
 	}
 	rows := func(out string, want ...string) {

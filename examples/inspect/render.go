@@ -91,7 +91,15 @@ func table(b *strings.Builder, q shown) {
 	waiting := len(q.Waiters())
 	switch q.Kind {
 	case fencing.KindSemaphore:
-		fmt.Fprintf(b, "limit %d, %d in use, %d waiting\n", q.Limit, len(q.Holders()), waiting)
+		set := ""
+		if q.LimitSet {
+			set = " (the name's own, SetLimit)"
+		}
+		used := 0
+		for _, e := range q.Holders() {
+			used += e.Units
+		}
+		fmt.Fprintf(b, "limit %d%s, %d units in use by %d holds, %d waiting\n", q.Limit, set, used, len(q.Holders()), waiting)
 	case fencing.KindRWLock:
 		if o, _ := q.Owner(); o.Mode == "write" {
 			fmt.Fprintf(b, "a writer in, %d waiting\n", waiting)
@@ -145,10 +153,14 @@ func role(kind fencing.Kind, e inspect.Entry) string {
 		return "waiting " + who
 	case who != "":
 		return who
+	case !e.Holds && e.Units > 1:
+		return fmt.Sprintf("waiter (%d units)", e.Units)
 	case !e.Holds:
 		return "waiter"
 	case kind == fencing.KindElection:
 		return "leader"
+	case kind == fencing.KindSemaphore && e.Units > 1:
+		return fmt.Sprintf("holder (%d units)", e.Units)
 	case kind == fencing.KindSemaphore:
 		return "holder"
 	}

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -68,9 +67,11 @@ type Queue struct {
 	Name     string       `json:"name"`
 	Revision int64        `json:"revision"` // etcd revision of the read
 	Entries  []Entry      `json:"entries"`  // oldest first; empty when free
-	// Limit is a semaphore's number of permits, as its oldest key records
-	// it; 0 for the other kinds.
+	// Limit is a semaphore's limit: the name's own (Semaphore.SetLimit),
+	// else as its oldest key records it; 0 for the other kinds.
 	Limit int `json:"limit,omitempty"`
+	// LimitSet says the limit is the name's own, set by SetLimit.
+	LimitSet bool `json:"limit_set,omitempty"`
 }
 
 // Entry is one key of a queue: the owner, or a waiter.
@@ -94,15 +95,20 @@ type Entry struct {
 	// being deleted, and its holder no longer owns anything.
 	Expired bool `json:"expired"`
 	// Holds says the entry held at the read's revision, by its kind's
-	// rule: a lock's or election's oldest key; a semaphore's Limit oldest
-	// (a key queued with another limit, and every key behind it, holds
-	// nothing: their calls fail with fencing.ErrLimitMismatch); a
+	// rule: a lock's or election's oldest key; a semaphore's oldest keys
+	// whose units fit the limit, and those granted before it was lowered
+	// (without a limit of the name's own, a key queued with another limit,
+	// and every key behind it, holds nothing: their calls fail with
+	// fencing.ErrLimitMismatch); a
 	// read-write lock's oldest key if a writer's, and every reader's key
 	// older than all writers'. The others wait, in order.
 	Holds bool `json:"holds"`
 	// Mode is "read" or "write" for a read-write lock's entry, "" for the
 	// other kinds.
 	Mode string `json:"mode,omitempty"`
+	// Units is the units a semaphore's entry holds or waits for; 0 for the
+	// other kinds.
+	Units int `json:"units,omitempty"`
 }
 
 type entryAlias Entry // Entry without its JSON methods
@@ -150,21 +156,23 @@ func (q Queue) pick(holds bool) []Entry {
 	return es
 }
 
-// roles sets each entry's Holds and Mode, and a semaphore's Limit, from
-// its keys under prefix.
-func (q *Queue) roles(prefix string) {
-	writerAhead, mixed := false, false
+// roles sets each entry's Holds and Mode, and a semaphore's Limit and
+// Units, from its keys under prefix, their versions (a semaphore's waiter
+// that was granted put its key again) and the limit record's Held.
+func (q *Queue) roles(prefix string, versions map[string]int64, held int64) {
+	writerAhead, mixed, units := false, false, 0
 	for i := range q.Entries {
 		e := &q.Entries[i]
 		dir, _, _ := strings.Cut(strings.TrimPrefix(e.Key, prefix), "/")
 		switch q.Kind {
 		case fencing.KindSemaphore:
-			limit, _ := strconv.Atoi(dir)
-			if i == 0 {
+			limit, n, _ := keyspace.ParseUnitsDir(dir + "/")
+			if i == 0 && !q.LimitSet {
 				q.Limit = limit
 			}
-			mixed = mixed || limit != q.Limit
-			e.Holds = !mixed && i < limit
+			mixed = mixed || !q.LimitSet && limit != q.Limit
+			e.Units, units = n, units+n
+			e.Holds = !mixed && (versions[e.Key] >= 2 || e.Token.Revision <= held || units <= q.Limit)
 		case fencing.KindRWLock:
 			e.Mode = map[string]string{"r": "read", "w": "write"}[dir]
 			e.Holds = i == 0 || e.Mode == "read" && !writerAhead
@@ -190,6 +198,9 @@ func Read(ctx context.Context, cli *clientv3.Client, root string, kind fencing.K
 		return Queue{}, fmt.Errorf("inspect: Read: %w", err)
 	}
 	prefix := keyspace.Prefix(root, string(kind), name)
+	if kind == fencing.KindSemaphore {
+		prefix = keyspace.LimitKey(prefix) // and the limit record, just before the queue
+	}
 	qs, rev, err := inspect(ctx, cli, root, prefix, kind)
 	if err != nil {
 		return Queue{}, err
@@ -266,6 +277,7 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 	}
 	byName := map[string]*Queue{}
 	var qs []*Queue
+	versions, helds := map[string]int64{}, map[*Queue]int64{}
 	queue := func(kind fencing.Kind, name string) *Queue {
 		q := byName[string(kind)+keyspace.Sep+name]
 		if q == nil {
@@ -278,17 +290,23 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 	for _, kv := range resp.Kvs {
 		kind, name, ok := keyspace.ParseKey(root, string(kv.Key))
 		switch {
+		case !ok && (only == "" || only == fencing.KindSemaphore):
+			if l, ok := limitOf(root, kv); ok {
+				q := queue(fencing.KindSemaphore, l.name)
+				q.Limit, q.LimitSet, helds[q] = l.limit.Limit, true, l.limit.Held
+			}
 		case !ok || !slices.Contains(queueKinds, fencing.Kind(kind)) || (only != "" && kind != string(only)):
 			continue // not a queue key: someone else's, under the root
 		default:
 			q := queue(fencing.Kind(kind), name)
 			q.Entries = append(q.Entries, entryOf(name, kv, resp.Header.GetClusterId()))
+			versions[string(kv.Key)] = kv.Version
 		}
 	}
 	slices.SortFunc(qs, func(a, b *Queue) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
 	out := make([]Queue, len(qs))
 	for i, q := range qs {
-		q.roles(keyspace.Prefix(root, string(q.Kind), q.Name))
+		q.roles(keyspace.Prefix(root, string(q.Kind), q.Name), versions, helds[q])
 		out[i] = *q
 	}
 	return out, resp.Header.Revision, nil
@@ -299,6 +317,23 @@ func readQueues(ctx context.Context, cli *clientv3.Client, root, prefix string, 
 func entryOf(name string, kv *mvccpb.KeyValue, cluster uint64) Entry {
 	return Entry{Token: fencing.Token{Name: name, Revision: kv.CreateRevision, Cluster: cluster},
 		Key: string(kv.Key), Value: string(kv.Value), Lease: clientv3.LeaseID(kv.Lease)}
+}
+
+// namedLimit is a semaphore's limit record and the name it is of.
+type namedLimit struct {
+	limit keyspace.Limit
+	name  string
+}
+
+// limitOf reads kv as a semaphore's limit record under root, if it is one.
+func limitOf(root string, kv *mvccpb.KeyValue) (namedLimit, bool) {
+	rest, _ := strings.CutPrefix(string(kv.Key), root)
+	name, ok := strings.CutSuffix(rest, keyspace.Sep+keyspace.KindSemaphore)
+	if !ok || keyspace.ValidateName(name) != nil {
+		return namedLimit{}, false
+	}
+	l, err := keyspace.UnmarshalLimit(kv.Value)
+	return namedLimit{l, name}, err == nil
 }
 
 // leaseQueries bounds the TimeToLive requests in flight during an inspect.

@@ -276,3 +276,52 @@ func TestReadShowsSemaphoreAndRWLock(t *testing.T) {
 		t.Fatalf("JSON round trip: %v\n%+v\n%+v", err, qs, back)
 	}
 }
+
+// A weighted semaphore whose limit was lowered: Read shows the name's own
+// limit, each entry's units, the holds granted before the lowering as
+// holding, and the waiter behind them as waiting.
+func TestReadShowsWeightsAndTheNamesLimit(t *testing.T) {
+	c := fencingtest.Single(t)
+	s := newSession(t, c.Client(t))
+	ctx := fencingtest.Context(t, wait)
+	m, err := fencing.NewSemaphore(s, "pool", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*fencing.Hold
+	for _, n := range []int{1, 3} {
+		h, err := m.AcquireN(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, h)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go m.AcquireN(wctx, 2)
+	fencingtest.WaitFor(t, wait, "the waiter to queue", func() bool {
+		q, err := inspect.Read(ctx, c.Admin, root, fencing.KindSemaphore, "pool")
+		return err == nil && len(q.Entries) == 3
+	})
+	if err := m.SetLimit(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	q, err := inspect.Read(ctx, c.Admin, root, fencing.KindSemaphore, "pool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Limit != 2 || !q.LimitSet || len(q.Holders()) != 2 || len(q.Waiters()) != 1 {
+		t.Errorf("semaphore: limit %d (set %v), %d holders, %d waiters; want 2 (set), 2, 1", q.Limit, q.LimitSet, len(q.Holders()), len(q.Waiters()))
+	}
+	for i, want := range []int{1, 3, 2} {
+		if i < len(q.Entries) && q.Entries[i].Units != want {
+			t.Errorf("entry %d: %d units; want %d", i, q.Entries[i].Units, want)
+		}
+	}
+	cancel()
+	for _, h := range held {
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

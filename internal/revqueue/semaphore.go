@@ -125,18 +125,16 @@ func (c Counted) confirm(e *Entry) func(ctx context.Context, sure bool) error {
 		known := sure && e.w.all && !e.w.stale
 		for range 4 {
 			fits := known && e.w.sum()+c.Units <= e.w.limit
-			if !known {
+			if !fits { // what e knows does not grant it, or it knows nothing
 				var err error
 				if fits, err = c.survey(ctx, e); err != nil || !fits {
 					return err
 				}
 			}
-			if fits {
-				if marked, err := c.mark(ctx, e); err != nil || marked {
-					return err
-				}
+			if marked, err := c.mark(ctx, e); err != nil || marked {
+				return err
 			}
-			known = false // the record moved: read again
+			known = false // the record moved since: read again
 		}
 		return fmt.Errorf("%w: the limit of %s kept changing", retry.ErrNoAnswer, c.Record)
 	}
