@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/internal/keyspace"
+	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/internal/revqueue"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Semaphore is a distributed weighted semaphore, shaped like
@@ -116,6 +118,27 @@ func (m *Semaphore) SetLimit(ctx context.Context, limit int, opts ...LimitOption
 		return fmt.Errorf("fencing: setlimit %q: %w", m.name, acquireError(m.s, err))
 	}
 	return nil
+}
+
+// ReadLimit returns the name's limit: its own, once SetLimit set one, else
+// the limit the semaphore was made with. It reads etcd once.
+func (m *Semaphore) ReadLimit(ctx context.Context) (int, error) {
+	if err := m.usable(ctx); err != nil {
+		return 0, fmt.Errorf("fencing: readlimit: %w", err)
+	}
+	rec := keyspace.LimitKey(m.q.Prefix)
+	resp, err := retry.Once(m.s.link.Latency, ctx, m.s.ctx, func() (*clientv3.GetResponse, error) { return m.s.cli.Get(ctx, rec) })
+	if err != nil {
+		return 0, fmt.Errorf("fencing: readlimit %q: %w", m.name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return m.limit, nil
+	}
+	l, err := keyspace.UnmarshalLimit(resp.Kvs[0].Value)
+	if err != nil {
+		return 0, fmt.Errorf("fencing: readlimit %q: %w", m.name, err)
+	}
+	return l.Limit, nil
 }
 
 // LimitOption configures SetLimit.

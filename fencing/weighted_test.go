@@ -269,6 +269,9 @@ func TestSetLimitRaiseAdmitsAtOnce(t *testing.T) {
 	m := newSemaphore(t, newSession(t, c.Client(t)), "raise", 2)
 	h := acquireN(t, m, 2)
 	ctx := fencingtest.Context(t, wait)
+	if n, err := m.ReadLimit(ctx); err != nil || n != 2 {
+		t.Errorf("ReadLimit of a name without its own limit: %d, %v; want the one it was made with", n, err)
+	}
 	second := goAcquireN(ctx, m, 1)
 	fencingtest.WaitFor(t, wait, "the first waiter to queue", func() bool { return len(semKeys(t, c, "raise")) == 2 })
 	third := goAcquireN(ctx, m, 2)
@@ -279,6 +282,9 @@ func TestSetLimitRaiseAdmitsAtOnce(t *testing.T) {
 	h2, h3 := received(t, second, "a waiter after the raise"), received(t, third, "the next waiter after the raise")
 	// Made with another limit, a process follows the name's.
 	other := newSemaphore(t, newSession(t, c.Client(t)), "raise", 7)
+	if n, err := other.ReadLimit(ctx); err != nil || n != 5 {
+		t.Errorf("ReadLimit of a semaphore made with 7 after SetLimit(5): %d, %v", n, err)
+	}
 	if _, err := other.TryAcquireN(ctx, 1); !errors.Is(err, fencing.ErrLocked) {
 		t.Errorf("TryAcquireN with the 5 units of the name's limit in use: %v; want ErrLocked", err)
 	}

@@ -45,8 +45,9 @@
 // without it (or the reverse) exits 1 too. A replica that has held a
 // permit keeps trying, with warnings, for up to three TTLs of meeting
 // another N (the replica of the other N most likely exits or is stopped
-// first), then exits 1 as well. To change N, stop every replica of the
-// name, then start them with the new N.
+// first), then exits 1 as well. To change N while replicas run, give the
+// name a limit of its own (fencing.Semaphore.SetLimit): every replica
+// follows it from its next permit, whatever its --permits, and logs it.
 //
 // # The guarantee: at most one copy of the command, anywhere, at any moment
 //

@@ -82,7 +82,16 @@ func (r *runner) permit(ctx context.Context, opts []fencing.SessionOption) (held
 	if err != nil {
 		return false, fmt.Errorf("acquire a permit: %w", err)
 	}
-	r.log.Info("holding a permit", "token", h.Token(), "permits", r.cfg.permits)
+	// The name's own limit (Semaphore.SetLimit), if it has one, overrides --permits.
+	limit, err := sem.ReadLimit(ctx)
+	if err != nil {
+		limit = r.cfg.permits
+	}
+	if limit != r.cfg.permits {
+		r.log.Info("following the name's own limit, not --permits", "permits", limit, "flag", r.cfg.permits)
+	}
+	r.limit.Store(int64(limit))
+	r.log.Info("holding a permit", "token", h.Token(), "permits", limit)
 	// The work ends when the permit is lost or singleton is interrupted.
 	wctx, cancel := context.WithCancelCause(h.Context())
 	defer cancel(nil)

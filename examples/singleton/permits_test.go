@@ -176,3 +176,54 @@ func TestPermitsOtherLimitDoesNotEndAHolder(t *testing.T) {
 		t.Logf("stamps:\n%s\nhealthy:\n%s", mustRead(t, stamps), healthy.Stderr())
 	}
 }
+
+// Replicas started with --permits 1 follow the name's own limit once an
+// operator raises it (Semaphore.SetLimit) while they run: a second command
+// starts with no replica restarted, and the replica says which limit it
+// follows.
+func TestPermitsFollowTheNamesLimit(t *testing.T) {
+	etcdtest.Long(t)
+	c := fencingtest.SingleTLS(t)
+	stamps := newStamps(t)
+	args := append(append(append([]string{"--name", "migrations", "--permits", "1", "-v"}, tlsFlags(c)...), timing...), "--", "sh", "-c", jobN)
+	var reps []*progtest.Prog
+	for range 3 {
+		reps = append(reps, progtest.Start(t, []string{"STAMPS=" + stamps, "PERMITS=2"}, args...))
+	}
+	waitStarts(t, stamps, 1, time.Minute)
+	s, err := fencing.NewSession(fencingtest.Context(t, time.Minute), c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(fencingtest.Context(t, time.Minute))
+	m, err := fencing.NewSemaphore(s, "migrations", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetLimit(fencingtest.Context(t, time.Minute), 2); err != nil {
+		t.Fatal(err)
+	}
+	waitStarts(t, stamps, 2, time.Minute)
+	fencingtest.WaitFor(t, time.Minute, "a replica to log the name's limit", func() bool {
+		for _, p := range reps {
+			if strings.Contains(p.Stderr(), "following the name's own limit") {
+				return true
+			}
+		}
+		return false
+	})
+	for _, p := range reps {
+		p.Signal(t, syscall.SIGTERM)
+	}
+	for _, p := range reps {
+		if code := p.Wait(t, time.Minute); code != 0 {
+			t.Errorf("exit status after SIGTERM: %d\n%s", code, p.Stderr())
+		}
+	}
+	checkPermitStamps(t, stamps)
+	// The limit is the name's until an operator deletes it.
+	if _, err := c.Admin.Delete(fencingtest.Context(t, time.Minute), "leasehold/migrations#semaphore"); err != nil {
+		t.Fatal(err)
+	}
+	noKeysLeft(t, c)
+}

@@ -36,15 +36,15 @@ func recordKey(name string) string {
 }
 
 // recordKeys are the running records a holder of name may claim: the one
-// record of a term, or with --permits N, N records ("NAME#singleton/0" to
-// "/N-1"), one per command that may run, so that N records bound the
-// commands whatever happened to the runners that wrote them. All are read
-// and watched as one range: from, with rng.
+// record of a term, or with --permits, one per permit of the name's limit
+// ("NAME#singleton/0" to "/N-1"), one per command that may run, so that N
+// records bound the commands whatever happened to the runners that wrote
+// them. All are read and watched as one range: from, with rng.
 func (r *runner) recordKeys(name string) (keys []string, from string, rng []clientv3.OpOption) {
 	if r.cfg.permits == 0 {
 		return []string{recordKey(name)}, recordKey(name), nil
 	}
-	keys = make([]string, r.cfg.permits)
+	keys = make([]string, max(r.limit.Load(), 1))
 	for i := range keys {
 		keys[i] = recordKey(name) + "/" + strconv.Itoa(i)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,7 +30,8 @@ type runner struct {
 	cfg      config
 	log      *slog.Logger
 	identity string
-	exe      string // this program, re-executed as the keeper
+	exe      string        // this program, re-executed as the keeper
+	limit    *atomic.Int64 // with --permits, the name's limit when the permit was taken
 }
 
 func newRunner(cli *clientv3.Client, c config, log *slog.Logger) (*runner, error) {
@@ -38,7 +40,8 @@ func newRunner(cli *clientv3.Client, c config, log *slog.Logger) (*runner, error
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	return &runner{cli: cli, cfg: c, log: log, identity: fmt.Sprintf("%s/%d", host, os.Getpid()), exe: exe}, nil
+	return &runner{cli: cli, cfg: c, log: log, identity: fmt.Sprintf("%s/%d", host, os.Getpid()), exe: exe,
+		limit: new(atomic.Int64)}, nil
 }
 
 // term is work for election.Run and RunGroup.
