@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/guard"
+	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -28,14 +29,17 @@ const (
 )
 
 // TestSemaphoreUnderFaults and TestRWMutexUnderFaults run the suite's
-// faults against holders of a semaphore of two permits, and of a
-// read-write lock (a third of the holds for writing): two workers in this
-// process, two in subprocesses, each making guarded writes under each hold.
-// Replaying every key's history, at the revision of each committed write
-// the writer's key must have held by its kind's rule: among the two oldest
-// keys (semaphore), the oldest key (write hold), behind no writer's key
-// (read hold). So no revision saw more than two valid permits, nor a
-// writer's write beside any other valid hold.
+// faults against holders of a weighted semaphore (holds of one or two
+// units, a limit of two that an operator sets to 2 or 3 now and then,
+// sometimes revoking), and of a read-write lock (a third of the holds for
+// writing): two workers in this process, two in subprocesses, each making
+// guarded writes under each hold. Replaying every key's history, at the
+// revision of each committed write the writer's key must have held by its
+// kind's rule: its units and those of every older key within the limit of
+// that revision, unless granted before the limit was lowered (semaphore);
+// the oldest key (write hold); behind no writer's key (read hold). So no
+// revision saw more units in use than the limit (but for the grants a
+// lowering keeps), nor a writer's write beside any other valid hold.
 func TestSemaphoreUnderFaults(t *testing.T) { sharedUnderFaults(t, fencing.KindSemaphore) }
 
 func TestRWMutexUnderFaults(t *testing.T) { sharedUnderFaults(t, fencing.KindRWLock) }
@@ -47,6 +51,9 @@ func sharedUnderFaults(t *testing.T, kind fencing.Kind) {
 	hist := watchHistory(t, c, "")
 	h := newHarness(t, c, string(kind), "")
 	h.helper, h.extra = "shared-worker", []func(){func() { h.deleteOne(queuePrefix(kind), "delete-holder", clientv3.WithPrefix()) }}
+	if kind == fencing.KindSemaphore {
+		h.extra = append(h.extra, h.setLimit)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -88,6 +95,32 @@ func sharedUnderFaults(t *testing.T, kind fencing.Kind) {
 	}
 }
 
+// setLimit gives the semaphore a limit of 2 or 3 of its own, revoking the
+// holds over it one time in three, as an operator would while it runs.
+func (h *harness) setLimit() {
+	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
+	defer cancel()
+	h.mu.Lock()
+	limit, revoke := 2+h.rng.IntN(2), h.rng.IntN(3) == 0
+	h.mu.Unlock()
+	s, err := fencing.NewSession(ctx, h.c.Admin)
+	if err != nil {
+		return
+	}
+	defer s.Close(ctx)
+	m, err := fencing.NewSemaphore(s, sharedName, sharedPermits)
+	if err != nil {
+		return
+	}
+	var opts []fencing.LimitOption
+	if revoke {
+		opts = append(opts, fencing.RevokeOverLimit())
+	}
+	if m.SetLimit(ctx, limit, opts...) == nil {
+		h.count(fmt.Sprint("set-limit-", limit, map[bool]string{true: "-revoking"}[revoke]))
+	}
+}
+
 // queuePrefix is the range of the workload's keys of kind.
 func queuePrefix(kind fencing.Kind) string {
 	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, kind, sharedName)
@@ -110,9 +143,16 @@ func checkShared(kind fencing.Kind, raw []*clientv3.Event) sharedRun {
 	r := sharedRun{committed: map[int64]bool{}}
 	live := map[string]int64{} // queue key → create revision
 	writers := map[string]bool{}
+	limit := keyspace.Limit{Limit: sharedPermits} // the semaphore's, as its record says
 	for _, ev := range raw {
 		k := string(ev.Kv.Key)
 		switch {
+		case k == keyspace.LimitKey(prefix) && ev.Type == clientv3.EventTypePut:
+			l, err := keyspace.UnmarshalLimit(ev.Kv.Value)
+			if err != nil {
+				r.violations = append(r.violations, fmt.Sprintf("limit record at revision %d: %v", ev.Kv.ModRevision, err))
+			}
+			limit = l
 		case strings.HasPrefix(k, prefix):
 			writers = map[string]bool{} // the queue changed
 			if ev.Type == clientv3.EventTypeDelete {
@@ -125,7 +165,7 @@ func checkShared(kind fencing.Kind, raw []*clientv3.Event) sharedRun {
 			r.committed[ev.Kv.ModRevision] = true
 			key, revText, _ := strings.Cut(string(ev.Kv.Value), " ")
 			rev, _ := strconv.ParseInt(revText, 10, 64)
-			if why := heldBy(kind, prefix, live, key, rev); why != "" {
+			if why := heldBy(kind, prefix, live, limit, key, rev); why != "" {
 				r.violations = append(r.violations, fmt.Sprintf("write at revision %d by %s (%s@%d): %s", ev.Kv.ModRevision, k, key, rev, why))
 			}
 			writers[k] = true
@@ -136,23 +176,27 @@ func checkShared(kind fencing.Kind, raw []*clientv3.Event) sharedRun {
 }
 
 // heldBy says why the key key of life rev did not hold among live by
-// kind's rule, or "" if it held.
-func heldBy(kind fencing.Kind, prefix string, live map[string]int64, key string, rev int64) string {
+// kind's rule, under a semaphore's limit, or "" if it held.
+func heldBy(kind fencing.Kind, prefix string, live map[string]int64, limit keyspace.Limit, key string, rev int64) string {
 	if live[key] != rev {
 		return "its key was gone"
 	}
-	older, olderWriters := 0, 0
+	older, olderWriters, units := 0, 0, 0
 	for k, r := range live {
 		if r < rev {
 			older++
-			if strings.HasPrefix(k, prefix+"w/") {
-				olderWriters++
-			}
+		}
+		if r <= rev {
+			_, n, _ := keyspace.ParseUnitsDir(strings.TrimPrefix(k, prefix))
+			units += n
+		}
+		if r < rev && strings.HasPrefix(k, prefix+"w/") {
+			olderWriters++
 		}
 	}
 	switch {
-	case kind == fencing.KindSemaphore && older >= sharedPermits:
-		return fmt.Sprintf("%d keys were older: more than %d permits", older, sharedPermits)
+	case kind == fencing.KindSemaphore && units > limit.Limit && rev > limit.Held:
+		return fmt.Sprintf("%d units at or ahead of it: more than the limit of %d", units, limit.Limit)
 	case kind == fencing.KindRWLock && strings.HasPrefix(key, prefix+"w/") && older > 0:
 		return fmt.Sprintf("a writer, with %d older keys alive", older)
 	case kind == fencing.KindRWLock && olderWriters > 0:
@@ -208,7 +252,7 @@ func take(ctx context.Context, s *fencing.Session, kind fencing.Kind, rng *rand.
 		if err != nil {
 			return nil, err
 		}
-		return m.Acquire(ctx)
+		return m.AcquireN(ctx, 1+rng.IntN(2))
 	}
 	m, err := fencing.NewRWMutex(s, sharedName)
 	if err != nil {
