@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/keyspace"
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The tests of golang.org/x/sync/semaphore, as far as they apply, against
@@ -399,5 +400,39 @@ func TestSetLimitRevokesNewestHolds(t *testing.T) {
 	unlock(t, received(t, waiter, "the waiter once the older hold let go"))
 	if err := b.Unlock(ctx); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Errorf("Unlock of the revoked hold: %v; want ErrNotHeld", err)
+	}
+}
+
+// Lowering the limit keeps every grant made under the old one, also of a
+// holder that has not written since (here a key written as a process
+// granted at its enqueue writes it, then paused): the units of all count,
+// and no one is admitted until they fit the new limit.
+func TestLoweringKeepsEveryGrant(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "keeps", 10)
+	ctx := fencingtest.Context(t, wait)
+	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, "keeps")
+	lease, err := c.Admin.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused := p + keyspace.UnitsDir(10, 3) + keyspace.Stem(int64(lease.ID)) + "1"
+	if _, err := c.Admin.Put(ctx, paused, "paused", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	x := acquireN(t, m, 1) // 4 of 10
+	if err := m.SetLimit(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	w := goAcquireN(ctx, m, 1)
+	fencingtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(semKeys(t, c, "keeps")) == 3 })
+	unlock(t, x)
+	pending(t, w, "a waiter while the paused holder's 3 units are over the limit of 2")
+	if _, err := c.Admin.Delete(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, received(t, w, "the waiter once the paused holder's key went"))
+	if _, err := c.Admin.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
 	}
 }
