@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/fencing/inspect"
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/stacks"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -72,7 +73,11 @@ func BenchmarkSemaphoreVsMutex(b *testing.B) {
 					w, err := acquire[side][1](ctx)
 					got <- acquired{w, time.Now(), err}
 				}()
-				fencingtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool { return waiterWatches.created.Load() > armed })
+				// The mutex's waiter may reuse the watch of its last wait, idle on
+				// the session's stream (no created notice): then it is parked.
+				fencingtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool {
+					return waiterWatches.created.Load() > armed || stacks.Blocked(waitGone) == 1
+				})
 				start = time.Now()
 				if err := h.Unlock(ctx); err != nil {
 					b.Fatal(err)
@@ -95,6 +100,9 @@ func BenchmarkSemaphoreVsMutex(b *testing.B) {
 		})
 	}
 }
+
+// waitGone is where a waiter on the session's watch stream is parked.
+const waitGone = "github.com/leasehold/leasehold/internal/revqueue.Queue.waitGone"
 
 // BenchmarkSemaphoreRequestsPerRelease proves that a release costs the same
 // number of requests whatever the number of waiters: each waiter watches
@@ -120,7 +128,7 @@ func BenchmarkSemaphoreRequestsPerRelease(b *testing.B) {
 	c := cluster(b)
 	ctx := fencingtest.Context(b, 30*time.Minute)
 	for _, waiters := range []int{1, 10, 100, 1000} {
-		for _, impl := range []string{"mutex", "semaphore-2"} {
+		for _, impl := range []string{"mutex", "semaphore-2", "weighted-2x2"} {
 			b.Run(fmt.Sprintf("waiters=%d/%s", waiters, impl), func(b *testing.B) {
 				ch := &releaseChain{c: c, limit: 1, waiters: waiters}
 				holders, queue := benchSession(b, c, ch.options()...), benchSession(b, c, ch.options()...)
@@ -132,13 +140,15 @@ func BenchmarkSemaphoreRequestsPerRelease(b *testing.B) {
 					}
 					return releaser(m.Lock)
 				}
-				if impl == "semaphore-2" {
+				if impl != "mutex" {
+					// Two holds fill it: of one unit of 2, or of two units of 4.
+					units := map[string]int{"semaphore-2": 1, "weighted-2x2": 2}[impl]
 					kind, ch.limit, ch.touches, lockOn = fencing.KindSemaphore, 2, true, func(s *fencing.Session) acquireFunc {
-						m, err := fencing.NewSemaphore(s, name, 2)
+						m, err := fencing.NewSemaphore(s, name, 2*units)
 						if err != nil {
 							b.Fatal(err)
 						}
-						return releaser(m.Acquire)
+						return releaser(func(ctx context.Context) (*fencing.Hold, error) { return m.AcquireN(ctx, units) })
 					}
 				}
 				var err error
