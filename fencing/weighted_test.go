@@ -436,3 +436,24 @@ func TestLoweringKeepsEveryGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A semaphore made with a limit below the name's own follows the name's in
+// TryAcquireN too: it reads as many keys as the name's limit admits, and
+// may ask for more units than its own limit.
+func TestTryFollowsTheNamesLimit(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "try-follows", 1)
+	ctx := fencingtest.Context(t, wait)
+	if err := m.SetLimit(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	a, b := acquireN(t, m, 1), acquireN(t, m, 1)
+	h, err := m.TryAcquireN(ctx, 2)
+	if err != nil {
+		t.Fatalf("TryAcquireN(2) with 2 of the name's 4 units in use: %v", err)
+	}
+	if _, err := m.TryAcquireN(ctx, 1); !errors.Is(err, fencing.ErrLocked) {
+		t.Fatalf("TryAcquireN(1) with the name's 4 units in use: %v; want ErrLocked", err)
+	}
+	unlock(t, a, b, h)
+}

@@ -364,8 +364,9 @@ func (c Counted) try(ctx context.Context, key, value string, lease clientv3.Leas
 	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.Prefix), "=", 0).WithPrefix(),
 		clientv3.Compare(clientv3.CreateRevision(c.Record), "=", 0)}
 	if c.Units > c.Limit {
-		cond = cond[:1:1] // only the record can grant that many: read it first
-		cond[0] = clientv3.Compare(clientv3.CreateRevision(c.Record), "<", 0)
+		// Only the record can grant that many: read it first (a create
+		// revision is never negative).
+		cond = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.Record), "<", 0)}
 	}
 	// Others may take the room first: give up as taken after a few tries.
 	for range 4 {
@@ -389,17 +390,20 @@ func (c Counted) try(ctx context.Context, key, value string, lease clientv3.Leas
 			}
 		}
 		e.Rev = resp.Header.Revision + 1 // behind every key read
-		fits, err := c.place(e, 1, reverse(rr.Kvs), rr.Count > int64(len(rr.Kvs)), rec)
-		if err != nil {
+		more := rr.Count > int64(len(rr.Kvs))
+		fits, err := c.place(e, 1, reverse(rr.Kvs), more, rec)
+		switch {
+		case err != nil:
 			return nil, nil, err
-		}
-		if !fits {
-			return nil, first(rr.Kvs), nil
-		}
-		if e.w.limit > int(n) && rr.Count > int64(len(rr.Kvs)) {
-			n = int64(e.w.limit) // the record admits more keys than were read
+		case more && e.w.limit > int(n):
+			// The record admits more keys than were read: read them all.
+			n = int64(e.w.limit)
 			read[0] = clientv3.OpGet(c.Prefix, clientv3.WithPrefix(),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(n))
+			cond = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.Record), "<", 0)} // read only
+			continue
+		case !fits:
+			return nil, first(rr.Kvs), nil
 		}
 		// Room: write key if no key joined and the limit stayed (keys
 		// that left only make more room).
