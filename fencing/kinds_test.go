@@ -15,7 +15,8 @@ import (
 )
 
 // holdKinds take a hold of each kind on name: the mutex's (the standard
-// the others meet), a semaphore's permit, a read hold, a write hold.
+// the others meet), a semaphore's permit, two units of a weighted
+// semaphore, a read hold, a write hold.
 var holdKinds = []struct {
 	name string
 	hold func(t testing.TB, s *fencing.Session, name string) *fencing.Hold
@@ -23,6 +24,9 @@ var holdKinds = []struct {
 	{"mutex", func(t testing.TB, s *fencing.Session, name string) *fencing.Hold { return fencingtest.Lock(t, s, name) }},
 	{"semaphore", func(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
 		return acquire(t, newSemaphore(t, s, name, 2))
+	}},
+	{"weighted", func(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
+		return acquireN(t, newSemaphore(t, s, name, 3), 2)
 	}},
 	{"read", func(t testing.TB, s *fencing.Session, name string) *fencing.Hold {
 		return take(t, newRWMutex(t, s, name).RLock)

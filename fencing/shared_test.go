@@ -53,6 +53,31 @@ var waitShapes = []waitShape{
 		func(t *testing.T, s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
 			return newSemaphore(t, s, "wait-later", 2).Acquire
 		}},
+	{"weighted first waiter", fencing.KindSemaphore, "wait-weighted-first",
+		func(t *testing.T, _ *fencingtest.Cluster, s *fencing.Session) []*fencing.Hold {
+			return []*fencing.Hold{acquireN(t, newSemaphore(t, s, "wait-weighted-first", 3), 2)}
+		},
+		func(t *testing.T, s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
+			m := newSemaphore(t, s, "wait-weighted-first", 3)
+			return func(ctx context.Context) (*fencing.Hold, error) { return m.AcquireN(ctx, 2) }
+		}},
+	{"weighted later waiter", fencing.KindSemaphore, "wait-weighted-later",
+		func(t *testing.T, c *fencingtest.Cluster, s *fencing.Session) []*fencing.Hold {
+			m := newSemaphore(t, s, "wait-weighted-later", 3)
+			held := []*fencing.Hold{acquireN(t, m, 3)}
+			first := goAcquireN(fencingtest.Context(t, wait), m, 1)
+			fencingtest.WaitFor(t, wait, "the first waiter to queue", func() bool { return len(semKeys(t, c, "wait-weighted-later")) == 2 })
+			t.Cleanup(func() { // admitted once the hold ahead goes
+				if r := <-first; r.err == nil {
+					r.h.Unlock(context.Background())
+				}
+			})
+			return held
+		},
+		func(t *testing.T, s *fencing.Session) func(context.Context) (*fencing.Hold, error) {
+			m := newSemaphore(t, s, "wait-weighted-later", 3)
+			return func(ctx context.Context) (*fencing.Hold, error) { return m.AcquireN(ctx, 2) }
+		}},
 	{"writer behind readers", fencing.KindRWLock, "wait-writer",
 		func(t *testing.T, _ *fencingtest.Cluster, s *fencing.Session) []*fencing.Hold {
 			m := newRWMutex(t, s, "wait-writer")
