@@ -227,7 +227,7 @@ func (ch *releaseChain) run(b *testing.B, ctx context.Context) {
 		results  = make(chan func(context.Context) error, ch.waiters) // nil once released
 	)
 	for range ch.waiters {
-		armed := ch.watches.created.Load()
+		armed, parked := ch.watches.created.Load(), stacks.Blocked(waitGone)
 		wg.Go(func() {
 			release, err := ch.wait(ctx)
 			if err != nil {
@@ -240,7 +240,11 @@ func (ch *releaseChain) run(b *testing.B, ctx context.Context) {
 			}
 			results <- release
 		})
-		fencingtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool { return ch.watches.created.Load() > armed })
+		// A waiter may reuse an idle watch of its session's stream (no
+		// created notice): then it is parked on it.
+		fencingtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool {
+			return ch.watches.created.Load() > armed || stacks.Blocked(waitGone) > parked
+		})
 	}
 	fencingtest.WaitFor(b, time.Minute, "every key queued", func() bool { return queued(b, ch.c, ch.prefix) == int64(ch.limit+ch.waiters) })
 	before := map[string]int{}
