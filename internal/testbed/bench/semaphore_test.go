@@ -117,7 +117,7 @@ const waitGone = "github.com/leasehold/leasehold/internal/revqueue.Queue.waitGon
 // requests/release counts every Txn, Range, DeleteRange, Put and Watch
 // message of both sessions' clients (one Counter) from the first release
 // until the last waiter holds and every waiter's watch cancel was sent (for
-// the semaphore, also until the keepers' background touches landed), over
+// the semaphore, also until the keepers' marks landed), over
 // the releases. Each admitted waiter cancels its watch with one message,
 // except the chain's last: its watch is the client's last, and closing it
 // closes the stream instead; so a flat cost of k requests shows as
@@ -190,7 +190,7 @@ type releaseChain struct {
 	prefix         string
 	limit, waiters int
 	hold, wait     acquireFunc
-	touches        bool // an admitted waiter touches its key in the background (a Semaphore of limit > 1)
+	touches        bool // an admitted waiter puts its key again: a Semaphore's mark
 	ctr            etcdtest.Counter
 	watches        watchStats
 
@@ -269,13 +269,13 @@ func (ch *releaseChain) run(b *testing.B, ctx context.Context) {
 	b.StopTimer()
 	// An admitted waiter cancels its watch in the background (but the last
 	// watch of the client closes the stream instead, with no message), and
-	// a semaphore's touches its key: count those requests too.
+	// a semaphore's marked its key: count those requests too.
 	cancels := func() int { return ch.ctr.Requests("Watch") - before["Watch"] }
 	if !fencingtest.Within(5*time.Second, func() bool { return cancels() >= ch.waiters-1 }) {
 		b.Logf("only %d of %d watch cancels sent", cancels(), ch.waiters-1)
 	}
 	if ch.touches {
-		fencingtest.WaitFor(b, time.Minute, "the keepers' touches", func() bool { return touched(b, ch.c, ch.prefix) >= len(keep) })
+		fencingtest.WaitFor(b, time.Minute, "the keepers' marks", func() bool { return touched(b, ch.c, ch.prefix) >= len(keep) })
 	}
 	ch.requests += kvRequests(&ch.ctr) - r0
 	ch.wakeups += int(ch.watches.wakeups.Load() - wk0)
