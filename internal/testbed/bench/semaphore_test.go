@@ -35,25 +35,36 @@ import (
 // on both alike. It reports each side's p50 and p99 and ratio-p50, the
 // semaphore's p50 over the mutex's (the target: at most 1.05).
 func BenchmarkSemaphoreVsMutex(b *testing.B) {
+	pairs(b, "semaphore-vs-mutex", [2]string{"sem", "mutex"}, func(s *fencing.Session, name string) [2]func(context.Context) (*fencing.Hold, error) {
+		sem, err := fencing.NewSemaphore(s, name, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := fencing.NewMutex(s, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return [2]func(context.Context) (*fencing.Hold, error){sem.Acquire, m.Lock}
+	})
+}
+
+// pairs runs BenchmarkSemaphoreVsMutex's two modes for the two sides that
+// sides makes on a session (each on its own name, or on name alike when the
+// kinds differ), labelled labels, and reports each side's p50 and p99 and
+// ratio-p50, the first's p50 over the second's.
+func pairs(b *testing.B, prefix string, labels [2]string, sides func(s *fencing.Session, name string) [2]func(context.Context) (*fencing.Hold, error)) {
 	c := cluster(b)
 	ctx := fencingtest.Context(b, 10*time.Minute)
 	for _, mode := range []string{"uncontended", "handoff"} {
 		b.Run(mode, func(b *testing.B) {
 			var waiterWatches watchStats
 			holder, waiter := benchSession(b, c), benchSession(b, c, withWatchStats(&waiterWatches))
-			name := "semaphore-vs-mutex-" + mode + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			name := prefix + "-" + mode + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			// acquire[side][0] takes on the holder's session, [1] on the waiter's.
 			var acquire [2][2]func(context.Context) (*fencing.Hold, error)
 			for i, s := range []*fencing.Session{holder, waiter} {
-				sem, err := fencing.NewSemaphore(s, name, 1)
-				if err != nil {
-					b.Fatal(err)
-				}
-				m, err := fencing.NewMutex(s, name)
-				if err != nil {
-					b.Fatal(err)
-				}
-				acquire[0][i], acquire[1][i] = sem.Acquire, m.Lock
+				made := sides(s, name)
+				acquire[0][i], acquire[1][i] = made[0], made[1]
 			}
 			cycle := func(side int) time.Duration {
 				start := time.Now()
@@ -73,8 +84,8 @@ func BenchmarkSemaphoreVsMutex(b *testing.B) {
 					w, err := acquire[side][1](ctx)
 					got <- acquired{w, time.Now(), err}
 				}()
-				// The mutex's waiter may reuse the watch of its last wait, idle on
-				// the session's stream (no created notice): then it is parked.
+				// A waiter may reuse the watch of its last wait, idle on the
+				// session's stream (no created notice): then it is parked.
 				fencingtest.WaitFor(b, time.Minute, "the waiter's watch", func() bool {
 					return waiterWatches.created.Load() > armed || stacks.Blocked(waitGone) == 1
 				})
@@ -92,7 +103,7 @@ func BenchmarkSemaphoreVsMutex(b *testing.B) {
 				return w.at.Sub(start)
 			}
 			d := alternateTimes(b, 20, cycle) // 20 cycles warm both queues and sessions
-			for side, label := range []string{"sem", "mutex"} {
+			for side, label := range labels {
 				b.ReportMetric(percentileMs(d[side], 0.5), label+"-p50-ms")
 				b.ReportMetric(percentileMs(d[side], 0.99), label+"-p99-ms")
 			}
