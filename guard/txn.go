@@ -28,13 +28,14 @@ var ErrNotOwner = errors.New("not owner")
 // applied.
 var ErrOutcomeUnknown = errors.New("outcome unknown")
 
-// Tx is a txn that commits only while its owner still owns its key.
+// Tx is a txn that commits only while its owner (each of them, for
+// TxnAll) still owns its key.
 // Build it like a clientv3.Txn: If, Then and Else at most once each, in that
 // order, then Commit. Where clientv3 panics on another order, Commit returns
 // an error wrapping fencing.ErrInvalidArgument and sends nothing.
 type Tx struct {
 	ctx    context.Context
-	o      Owner
+	owners []Owner // one for Txn; TxnAll's, in order
 	cmps   []clientv3.Cmp
 	thens  []clientv3.Op
 	elses  []clientv3.Op
@@ -52,7 +53,7 @@ const (
 var stepNames = [...]string{stepIf: "If", stepThen: "Then", stepElse: "Else"}
 
 // Txn returns a txn guarded by o's ownership.
-func Txn(ctx context.Context, o Owner) *Tx { return &Tx{ctx: ctx, o: o} }
+func Txn(ctx context.Context, o Owner) *Tx { return &Tx{ctx: ctx, owners: []Owner{o}} }
 
 // step records a call of step, or the first one out of order.
 func (g *Tx) step(step int) {
@@ -99,7 +100,7 @@ func (g *Tx) Else(ops ...clientv3.Op) *Tx {
 // library, or If, Then and Else out of order return
 // fencing.ErrInvalidArgument. It returns by ctx's deadline.
 func (g *Tx) Commit() (*clientv3.TxnResponse, error) {
-	l, err := check(g.ctx, g.o)
+	links, err := g.check()
 	if err == nil {
 		err = g.misuse
 	}
@@ -107,10 +108,10 @@ func (g *Tx) Commit() (*clientv3.TxnResponse, error) {
 		return nil, fmt.Errorf("guard: txn: %w", err)
 	}
 	if err := g.ctx.Err(); err != nil {
-		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), err) // not sent
+		return nil, fmt.Errorf("guard: txn for %v: %w", g.tokens(), err) // not sent
 	}
-	own := clientv3.Compare(clientv3.CreateRevision(g.o.Key()), "=", g.o.Token().Revision)
-	txn := l.Client.Txn(g.ctx).If(own)
+	l := links[0]
+	txn := l.Client.Txn(g.ctx).If(g.owns()...)
 	nested := len(g.cmps) > 0
 	if nested {
 		// The caller's txn nested in the ownership check: a failed compare
@@ -124,25 +125,24 @@ func (g *Tx) Commit() (*clientv3.TxnResponse, error) {
 	counted := !nested && !slices.ContainsFunc(g.thens, func(op clientv3.Op) bool { return !op.IsGet() || !op.IsSerializable() })
 	switch {
 	case counted:
-		txn = txn.Then(append(slices.Clone(g.thens), clientv3.OpGet(g.o.Key(), clientv3.WithCountOnly()))...)
+		txn = txn.Then(append(slices.Clone(g.thens), clientv3.OpGet(g.owners[0].Key(), clientv3.WithCountOnly()))...)
 	case !nested:
 		// Without compares of its own, the caller's txn always takes Then:
 		// the flat form means the same, for less work.
 		txn = txn.Then(g.thens...)
 	}
+	if len(g.owners) > 1 {
+		txn = txn.Else(g.reads()...) // which owner lost its key
+	}
 	resp, err := retry.Once(l.Latency, g.ctx, l.Life, txn.Commit)
 	if err != nil && retry.Unknown(err) {
-		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.o.Token(), ErrOutcomeUnknown, err)
+		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.tokens(), ErrOutcomeUnknown, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("guard: txn for %v: %w", g.o.Token(), err)
+		return nil, fmt.Errorf("guard: txn for %v: %w", g.tokens(), err)
 	}
 	if !resp.Succeeded {
-		l.Owners.Lost(g.o.Key(), g.o.Token().Revision, fmt.Errorf("%w: guarded txn failed its ownership compare at revision %d",
-			fencing.ErrKeyDeleted, resp.Header.Revision))
-		err := fmt.Errorf("guard: txn for %v at revision %d: %w", g.o.Token(), resp.Header.Revision, ErrNotOwner)
-		l.Reject(g.o.Token().Name, g.o.Token().Revision, err)
-		return nil, err
+		return nil, g.notOwner(links, resp)
 	}
 	if counted && len(resp.Responses) > 0 {
 		resp.Responses = resp.Responses[:len(resp.Responses)-1]
@@ -151,7 +151,7 @@ func (g *Tx) Commit() (*clientv3.TxnResponse, error) {
 		return resp, nil
 	}
 	if len(resp.Responses) != 1 || resp.Responses[0].GetResponseTxn() == nil {
-		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.o.Token(), ErrOutcomeUnknown, errBadResponse)
+		return nil, fmt.Errorf("guard: txn for %v: %w: %w", g.tokens(), ErrOutcomeUnknown, errBadResponse)
 	}
 	inner := resp.Responses[0].GetResponseTxn()
 	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: inner.Succeeded, Responses: inner.Responses}, nil
