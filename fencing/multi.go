@@ -141,8 +141,9 @@ func (m *MultiMutex) usable(ctx context.Context) error {
 type MultiHold struct {
 	holds []*Hold // set by Lock, never changed: read without locking
 
-	ctxOnce sync.Once
-	ctx     context.Context // set once by Context
+	mu     sync.Mutex
+	ctx    context.Context         // guarded by mu: nil until Context is first called
+	cancel context.CancelCauseFunc // guarded by mu: ends ctx
 }
 
 // Holds returns the hold of each name, in the order the names were given
@@ -189,16 +190,30 @@ func (m *MultiHold) Context() context.Context {
 	if m == nil || len(m.holds) == 0 {
 		return lifetime.Ended(fmt.Errorf("fencing: %w: hold not made by MultiMutex", ErrInvalidArgument))
 	}
-	m.ctxOnce.Do(func() {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		endWith := func(hctx context.Context) func() { return func() { cancel(context.Cause(hctx)) } }
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx == nil {
+		m.ctx, m.cancel = context.WithCancelCause(context.Background())
 		for _, h := range m.holds {
 			hctx := h.Context()
-			context.AfterFunc(hctx, endWith(hctx))
+			if hctx.Err() != nil { // ended already: at once, with no goroutine
+				m.cancel(context.Cause(hctx))
+				continue
+			}
+			context.AfterFunc(hctx, func() { m.end(context.Cause(hctx)) })
 		}
-		m.ctx = ctx
-	})
+	}
 	return m.ctx
+}
+
+// end ends the MultiHold's context, if made, with cause (unless it ended).
+func (m *MultiHold) end(cause error) {
+	m.mu.Lock()
+	cancel := m.cancel
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
 }
 
 // Unlock releases every hold, as Hold.Unlock does each, side by side. If
@@ -211,6 +226,20 @@ func (m *MultiHold) Unlock(ctx context.Context) error {
 	}
 	if ctx == nil {
 		return fmt.Errorf("fencing: unlock %v: %w", m.Tokens(), errNilContext)
+	}
+	// As Hold.Unlock does for one, end every context first, so that work
+	// stops before any key goes. ctx may be the MultiHold's own context (or
+	// a hold's, or made from one), which this ends: the deletes then go on
+	// without it, within its deadline, until the session ends.
+	alive := ctx.Err() == nil
+	for _, h := range m.holds {
+		h.own.Link.Owners.Lost(h.own.Key, h.own.Rev, errReleased)
+	}
+	m.end(errReleased) // at once: the holds' ends reach it in goroutines of their own
+	if alive && errors.Is(context.Cause(ctx), errReleased) {
+		var cancel context.CancelFunc
+		ctx, cancel = lifetime.Outlive(ctx, m.holds[0].s.link.Life)
+		defer cancel()
 	}
 	reports := make([]func(), len(m.holds))
 	errs := make([]error, len(m.holds))

@@ -573,3 +573,32 @@ func TestMultiKeysAreTheMutexKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Unlock given the MultiHold's own context, or one made from a hold's,
+// which it ends first, still deletes every key: the work stops before the
+// keys go, and the deletes go on within the context's deadline.
+func TestMultiUnlockWithItsOwnContext(t *testing.T) {
+	c := fencingtest.Single(t)
+	s := newSession(t, c.Client(t))
+	names := []string{"own-ctx/a", "own-ctx/b", "own-ctx/c"}
+	for _, own := range []func(h *fencing.MultiHold) context.Context{
+		func(h *fencing.MultiHold) context.Context { return h.Context() },
+		func(h *fencing.MultiHold) context.Context {
+			ctx, cancel := context.WithTimeout(h.Holds()[2].Context(), wait)
+			t.Cleanup(cancel)
+			return ctx
+		},
+	} {
+		h := lockAll(t, newMulti(t, s, names...))
+		ctx := own(h)
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock with the hold's own context: %v", err)
+		}
+		if cause := context.Cause(h.Context()); !errors.Is(cause, fencing.ErrNotHeld) {
+			t.Errorf("the MultiHold's context ended with %v; want ErrNotHeld", cause)
+		}
+		if got := lockKeys(t, c, names...); !slices.Equal(got, []int{0, 0, 0}) {
+			t.Fatalf("keys per name after Unlock: %v", got)
+		}
+	}
+}
