@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,10 +34,12 @@ const (
 )
 
 // TestMultiMutexUnderFaults runs the suite's faults (and an operator
-// deleting any key of the workload) against five workers in this process,
-// each on a link of its own, that lock random sets of two to four of six
-// names, in random order, with MultiMutex, and one time in four a single
-// name with a Mutex, and make guarded writes (guard.TxnAll) under each.
+// deleting any key of the workload) for a minute against seven workers,
+// five in this process and two in subprocesses (which the faults pause and
+// kill), each on a link of its own, that lock random sets of two to four
+// of six names, in random order, with MultiMutex, and one time in four a
+// single name with a Mutex, and make guarded writes (guard.TxnAll) under
+// each.
 // Replaying every key's history, at the revision of each committed write
 // every key of the writer must have been alive and the oldest of its
 // name's queue, all at one create revision: no two holds of a name
@@ -46,10 +49,11 @@ func TestMultiMutexUnderFaults(t *testing.T) {
 	etcdtest.Long(t)
 	c := fencingtest.Three(t)
 	maxTime, _ := runLength()
+	maxTime = max(maxTime, time.Minute)
 	hist := watchHistory(t, c, "")
 	h := newHarness(t, c, "multi", "")
 	deleteKey := func() { h.deleteOne(multiRoot, "delete-key", clientv3.WithPrefix()) }
-	h.extra = []func(){deleteKey, deleteKey} // a waiter's key, or a holder's
+	h.helper, h.extra = "multi-worker", []func(){deleteKey, deleteKey} // a waiter's key, or a holder's
 	ctx, cancel := context.WithCancel(t.Context())
 	var (
 		wg    sync.WaitGroup
@@ -61,10 +65,14 @@ func TestMultiMutexUnderFaults(t *testing.T) {
 		rng := rand.New(rand.NewPCG(h.rng.Uint64(), 6))
 		wg.Go(func() { multiWorker(ctx, name, cli, rng, func(e event) { h.events <- e }, &stats) })
 	}
+	for i := range 2 {
+		h.subprocess(fmt.Sprint("p", i))
+	}
 	events := h.collect()
 	start := time.Now()
 	h.faultLoop(ctx, hist, func() bool { return time.Since(start) > maxTime })
 	cancel()
+	h.stopAll()
 	stopped := make(chan struct{})
 	go func() { wg.Wait(); close(stopped) }()
 	select {
@@ -77,8 +85,11 @@ func TestMultiMutexUnderFaults(t *testing.T) {
 		return len(etcdtest.Keys(t, c, multiRoot)) == 0
 	})
 	r := checkMulti(hist.events(t, c))
-	acked := 0
+	acked, stuck := 0, 0
 	for _, e := range all {
+		if e.kind == "stuck" {
+			stuck++ // a subprocess's, or one of this process's
+		}
 		if e.kind == "write" && e.outcome == "ok" {
 			acked++
 			if !r.committed[e.rev] {
@@ -91,11 +102,11 @@ func TestMultiMutexUnderFaults(t *testing.T) {
 	}
 	stats.mu.Lock()
 	defer stats.mu.Unlock()
-	t.Logf("multi: %v; calls: %d multi and %d single acquired, failed %v, longest %v; %d guarded writes committed (%d acknowledged, %d under several names); faults %v",
+	t.Logf("multi: %v; this process's calls: %d multi and %d single acquired, failed %v, longest %v; %d guarded writes committed (%d acknowledged, %d under several names); faults %v",
 		time.Since(start).Round(time.Second), stats.multi, stats.single, stats.failed, stats.longest.Round(time.Millisecond),
 		len(r.committed), acked, r.several, h.faults)
-	if stats.stuck > 0 {
-		t.Errorf("%d Locks still waiting after %v", stats.stuck, callBound)
+	if stuck > 0 {
+		t.Errorf("%d Locks still waiting after %v", stuck, callBound)
 	}
 	if stats.multi < 20 || stats.single < 5 || r.several < 20 {
 		t.Errorf("%d multi and %d single holds, %d writes under several names: the workload did not exercise MultiMutex",
@@ -109,11 +120,11 @@ type multiStats struct {
 	multi   int            // MultiMutex.Lock calls that acquired
 	single  int            // Mutex.Lock calls that acquired
 	failed  map[string]int // failed calls, by what ended them
-	stuck   int            // calls that reached callBound
 	longest time.Duration  // the longest call
 }
 
-func (s *multiStats) record(names int, took time.Duration, err error, ended bool) {
+// record counts one call, and reports whether it was stuck.
+func (s *multiStats) record(names int, took time.Duration, err error, ended bool) (stuck bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.longest = max(s.longest, took)
@@ -135,10 +146,17 @@ func (s *multiStats) record(names int, took time.Duration, err error, ended bool
 			}
 		}
 		s.failed[why]++
-		if errors.Is(err, context.DeadlineExceeded) {
-			s.stuck++
-		}
+		stuck = errors.Is(err, context.DeadlineExceeded)
 	}
+	return stuck
+}
+
+// multiWorkerHelper runs multiWorker in a subprocess until stdin closes.
+// Args: name, impl and store (unused), endpoints...
+func multiWorkerHelper(args []string) int {
+	return asHelper(args[3:], func(ctx context.Context, cli *clientv3.Client) {
+		multiWorker(ctx, args[0], cli, rand.New(rand.NewPCG(uint64(os.Getpid()), 6)), func(e event) { fmt.Println(e) }, new(multiStats))
+	})
 }
 
 // multiWorker holds one session at a time until ctx ends: it locks two to
@@ -159,7 +177,9 @@ func multiWorker(ctx context.Context, name string, cli *clientv3.Client, rng *ra
 			start := time.Now()
 			holds, unlock, err := lockNames(lctx, s, names)
 			cancel()
-			stats.record(len(names), time.Since(start), err, ctx.Err() != nil)
+			if stats.record(len(names), time.Since(start), err, ctx.Err() != nil) {
+				emit(event{worker: name, kind: "stuck"})
+			}
 			if errors.Is(err, fencing.ErrSessionExpired) {
 				break // the server may know before the session's next renewal
 			}

@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	fencingtest.RegisterHelper("group-worker", groupWorkerHelper)
 	fencingtest.RegisterHelper("sql-worker", sqlWorkerHelper)
 	fencingtest.RegisterHelper("shared-worker", sharedWorkerHelper)
+	fencingtest.RegisterHelper("multi-worker", multiWorkerHelper)
 	fencingtest.Main(m)
 }
 
