@@ -93,8 +93,9 @@ func (m *Semaphore) TryAcquireN(ctx context.Context, n int) (*Hold, error) {
 // SetLimit makes limit the name's limit, for every process that uses the
 // name, whatever limit it was made with. Raising it admits the waiters
 // that now fit at once. Lowering it admits no one until the units in use
-// fit, and waiters for more units than the limit fail with ErrOverLimit.
-// It takes no units back unless RevokeOverLimit is given.
+// fit, and a waiter for more units than the limit fails with ErrOverLimit
+// when it is first in line. It takes no units back unless RevokeOverLimit
+// is given.
 //
 // The limit stays, in one key of the name that is on no lease, until an
 // operator deletes it; delete it only while no process uses the name.

@@ -457,3 +457,65 @@ func TestTryFollowsTheNamesLimit(t *testing.T) {
 	}
 	unlock(t, a, b, h)
 }
+
+// Without a limit record, a key queued with another limit (its call about
+// to fail with ErrLimitMismatch) does not count as holding when SetLimit
+// records what holds: only the unbroken run of holds from the oldest key
+// does, so the waiter ahead of that key is not granted by the record.
+// Found by review: SetLimit once took the newest key that fitted its own
+// limit, past a waiter that never held.
+func TestSetLimitSkipsKeysOfAnotherLimit(t *testing.T) {
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, wait)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "mismatch-held", 2)
+	a, b := acquire(t, m), acquire(t, m)
+	w := goAcquireN(ctx, m, 1)
+	fencingtest.WaitFor(t, wait, "the waiter to queue", func() bool { return len(semKeys(t, c, "mismatch-held")) == 3 })
+	p, _ := inspect.KeyPrefix(fencing.DefaultRoot, fencing.KindSemaphore, "mismatch-held")
+	lease, err := c.Admin.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := p + keyspace.UnitsDir(5, 1) + keyspace.Stem(int64(lease.ID)) + "1" // a process made with limit 5
+	if _, err := c.Admin.Put(ctx, other, "limit-5", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetLimit(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Admin.Delete(ctx, other); err != nil { // its call's cleanup
+		t.Fatal(err)
+	}
+	q, err := inspect.Read(ctx, c.Admin, fencing.DefaultRoot, fencing.KindSemaphore, "mismatch-held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Holders()) != 2 || len(q.Waiters()) != 1 {
+		t.Errorf("%d holders and %d waiters after SetLimit(2); want 2 and 1", len(q.Holders()), len(q.Waiters()))
+	}
+	pending(t, w, "the waiter behind 2 units of a limit of 2")
+	unlock(t, a)
+	unlock(t, received(t, w, "the waiter once a unit is free"), b)
+	if _, err := c.Admin.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A revoked hold whose context is first asked for after the revocation
+// (its watch is armed by a read that finds the key gone) says ErrRevoked
+// too.
+func TestRevokedHoldAskedLaterSaysRevoked(t *testing.T) {
+	c := fencingtest.Single(t)
+	m := newSemaphore(t, newSession(t, c.Client(t)), "revoke-later", 2)
+	a, b := acquireN(t, m, 1), acquireN(t, m, 1)
+	ctx := fencingtest.Context(t, wait)
+	if err := m.SetLimit(ctx, 1, fencing.RevokeOverLimit()); err != nil {
+		t.Fatal(err)
+	}
+	bctx := b.Context()
+	fencingtest.WaitFor(t, wait, "the revoked hold's context to end", func() bool { return bctx.Err() != nil })
+	if cause := context.Cause(bctx); !errors.Is(cause, fencing.ErrRevoked) || !errors.Is(cause, fencing.ErrKeyDeleted) {
+		t.Errorf("cause: %v; want ErrRevoked and ErrKeyDeleted", cause)
+	}
+	unlock(t, a)
+}

@@ -228,7 +228,11 @@ func (w *Watcher) read() bool {
 	}
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.o.Rev {
 		gone := fmt.Errorf("%w: %q not found at revision %d", ErrKeyDeleted, w.o.Key, g.Header.Revision)
-		w.o.Owners.Lost(w.o.Key, w.o.Rev, w.leaseCause(gone, len(g.Kvs) == 0))
+		cause := w.leaseCause(gone, len(g.Kvs) == 0)
+		if cause == gone && len(g.Kvs) == 0 && w.o.Revoker != "" {
+			cause = w.revokedUnseen(gone)
+		}
+		w.o.Owners.Lost(w.o.Key, w.o.Rev, cause)
 	} else if err := w.o.written(g.Kvs[0].ModRevision); err != nil {
 		w.o.Owners.Lost(w.o.Key, w.o.Rev, err)
 	}
@@ -295,8 +299,9 @@ func (w *Watcher) run(wch clientv3.WatchChan) {
 
 // goneCause tells a key deleted alone from one deleted with its lease: the
 // session would learn of a revoked lease only at its next renewal. The read
-// costs one round trip (at most leaseCheckTimeout) before the cancel; it
-// never delays the cancel at ValidUntil, which the session does on its own.
+// costs one round trip (at most leaseCheckTimeout) before the cancel, and a
+// Revoker's one more; it never delays the cancel at ValidUntil, which the
+// session does on its own.
 func (w *Watcher) goneCause(ev *clientv3.Event) error {
 	gone := fmt.Errorf("%w: %q %v at revision %d", ErrKeyDeleted, w.o.Key, ev.Type, ev.Kv.ModRevision)
 	cause := w.leaseCause(gone, ev.Type == clientv3.EventTypeDelete)
@@ -315,6 +320,34 @@ func (w *Watcher) revokedCause(gone error, rev int64) error {
 		return w.o.Client.Get(ctx, w.o.Revoker, clientv3.WithRev(rev), clientv3.WithKeysOnly())
 	})
 	if err != nil || len(g.Kvs) == 0 || g.Kvs[0].ModRevision != rev {
+		return gone
+	}
+	return fmt.Errorf("%w by a write of %s: %w", ErrRevoked, w.o.Revoker, gone)
+}
+
+// revokedUnseen is revokedCause for a delete the watch did not see (the
+// read that armed it found the key gone): the Revoker's last write revoked
+// the key if the key was alive just before it and gone at it. Two reads;
+// a later write of the Revoker, or a compaction, leaves gone as it is.
+func (w *Watcher) revokedUnseen(gone error) error {
+	ctx, cancel := context.WithTimeout(w.ctx, 2*leaseCheckTimeout)
+	defer cancel()
+	rec, err := retry.Once(w.o.Latency, ctx, ctx, func() (*clientv3.GetResponse, error) {
+		return w.o.Client.Get(ctx, w.o.Revoker, clientv3.WithKeysOnly())
+	})
+	if err != nil || len(rec.Kvs) == 0 || rec.Kvs[0].ModRevision <= w.o.Rev {
+		return gone
+	}
+	at := rec.Kvs[0].ModRevision
+	resp, err := retry.Once(w.o.Latency, ctx, ctx, func() (*clientv3.TxnResponse, error) {
+		return w.o.Client.Txn(ctx).Then(clientv3.OpGet(w.o.Key, clientv3.WithRev(at-1), clientv3.WithKeysOnly()),
+			clientv3.OpGet(w.o.Key, clientv3.WithRev(at), clientv3.WithKeysOnly())).Commit()
+	})
+	if err != nil || len(resp.Responses) < 2 {
+		return gone
+	}
+	before, after := resp.Responses[0].GetResponseRange().GetKvs(), resp.Responses[1].GetResponseRange().GetKvs()
+	if len(before) == 0 || before[0].CreateRevision != w.o.Rev || len(after) != 0 {
 		return gone
 	}
 	return fmt.Errorf("%w by a write of %s: %w", ErrRevoked, w.o.Revoker, gone)

@@ -432,17 +432,21 @@ const maxRevoked = 120
 // unless revoke is set: then the newest of them are deleted, in the same
 // txn, until the units of the rest fit. It reads the queue, then writes
 // only if no key of the queue was written since (every grant is a write),
-// and reads again otherwise, until ctx ends.
+// and reads again otherwise, after a pause that doubles, until ctx ends.
 func (c Counted) SetLimit(ctx context.Context, s *Session, limit int, revoke bool) error {
-	var unsure bool
-	return retry.Until(ctx, s.Life, c.Latency, &unsure, func(ctx context.Context) error {
-		for {
-			done, err := c.setLimit(ctx, limit, revoke)
-			if err != nil || done {
-				return err
-			}
+	for wait := retry.MinBackoff; ; wait = min(2*wait, retry.MaxBackoff) {
+		var done, unsure bool
+		err := retry.Until(ctx, s.Life, c.Latency, &unsure, func(ctx context.Context) (err error) {
+			done, err = c.setLimit(ctx, limit, revoke)
+			return err
+		})
+		if err != nil || done {
+			return err
 		}
-	})
+		// A key of the queue was written since the read: a grant may
+		// have slipped in. Churn makes that likely; back off, then read again.
+		retry.Pause(ctx, wait)
+	}
 }
 
 func (c Counted) setLimit(ctx context.Context, limit int, revoke bool) (done bool, err error) {
@@ -484,23 +488,28 @@ func (c Counted) setLimit(ctx context.Context, limit int, revoke bool) (done boo
 	return put.Succeeded, nil
 }
 
-// holding returns the keys that hold among queue, oldest first, under w's
-// record (byRecord) or each key's own limit.
+// holding returns the keys that hold among queue, oldest first: the
+// unbroken run, from the oldest, of keys marked, at or before w's Held, or
+// whose units and those of every older key fit the limit, under w's record
+// (byRecord) or else the limit the oldest key was queued with. Without a
+// record, a key of another limit ends the run: its call fails with
+// ErrLimitMismatch, and keys behind it were never weighed against it.
 func (c Counted) holding(w *weighing, byRecord bool, queue []*mvccpb.KeyValue) ([]weighed, error) {
 	var held []weighed
-	sum := 0
-	for _, kv := range queue {
-		limit, units, err := c.parse(kv)
+	sum, limit := 0, w.limit
+	for i, kv := range queue {
+		l, units, err := c.parse(kv)
 		if err != nil {
 			return nil, err
 		}
-		if byRecord {
-			limit = w.limit
+		if !byRecord && i == 0 {
+			limit = l
 		}
 		sum += units
-		if kv.Version >= 2 || kv.CreateRevision <= w.held || sum <= limit {
-			held = append(held, weighed{target{string(kv.Key), kv.CreateRevision}, units})
+		if !byRecord && l != limit || kv.Version < 2 && kv.CreateRevision > w.held && sum > limit {
+			break
 		}
+		held = append(held, weighed{target{string(kv.Key), kv.CreateRevision}, units})
 	}
 	return held, nil
 }

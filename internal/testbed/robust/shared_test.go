@@ -144,28 +144,50 @@ func checkShared(kind fencing.Kind, raw []*clientv3.Event) sharedRun {
 	live := map[string]int64{} // queue key → create revision
 	writers := map[string]bool{}
 	limit := keyspace.Limit{Limit: sharedPermits} // the semaphore's, as its record says
+	// granted are the semaphore's keys granted by the rule, judged here
+	// from the history alone: at a write of the key (its enqueue, its
+	// mark) where its units and every older key's fit the limit, or by a
+	// change of limit under which they fitted the old one.
+	granted := map[string]bool{}
+	fits := func(key string) bool { return unitsUpTo(prefix, live, live[key]) <= limit.Limit }
 	for _, ev := range raw {
 		k := string(ev.Kv.Key)
 		switch {
 		case k == keyspace.LimitKey(prefix) && ev.Type == clientv3.EventTypePut:
+			for key := range live {
+				granted[key] = granted[key] || fits(key)
+			}
 			l, err := keyspace.UnmarshalLimit(ev.Kv.Value)
 			if err != nil {
 				r.violations = append(r.violations, fmt.Sprintf("limit record at revision %d: %v", ev.Kv.ModRevision, err))
 			}
 			limit = l
+			for key, rev := range live {
+				if rev <= limit.Held && !granted[key] {
+					r.violations = append(r.violations, fmt.Sprintf("limit record at revision %d: held %d covers %s@%d, never granted", ev.Kv.ModRevision, limit.Held, key, rev))
+				}
+			}
 		case strings.HasPrefix(k, prefix):
 			writers = map[string]bool{} // the queue changed
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(live, k)
-			} else if ev.IsCreate() {
+				delete(granted, k)
+				continue
+			}
+			if ev.IsCreate() {
 				live[k] = ev.Kv.CreateRevision
 				r.holds++
 			}
+			granted[k] = granted[k] || fits(k)
 		case strings.HasPrefix(k, sharedMarks) && ev.Type == clientv3.EventTypePut:
 			r.committed[ev.Kv.ModRevision] = true
 			key, revText, _ := strings.Cut(string(ev.Kv.Value), " ")
 			rev, _ := strconv.ParseInt(revText, 10, 64)
-			if why := heldBy(kind, prefix, live, limit, key, rev); why != "" {
+			why := heldBy(kind, prefix, live, limit, key, rev)
+			if kind == fencing.KindSemaphore && why == "" && !granted[key] {
+				why = "its key was never granted"
+			}
+			if why != "" {
 				r.violations = append(r.violations, fmt.Sprintf("write at revision %d by %s (%s@%d): %s", ev.Kv.ModRevision, k, key, rev, why))
 			}
 			writers[k] = true
@@ -173,6 +195,19 @@ func checkShared(kind fencing.Kind, raw []*clientv3.Event) sharedRun {
 		}
 	}
 	return r
+}
+
+// unitsUpTo is the units of the semaphore's live keys created at or before
+// rev.
+func unitsUpTo(prefix string, live map[string]int64, rev int64) int {
+	units := 0
+	for k, r := range live {
+		if r <= rev {
+			_, n, _ := keyspace.ParseUnitsDir(strings.TrimPrefix(k, prefix))
+			units += n
+		}
+	}
+	return units
 }
 
 // heldBy says why the key key of life rev did not hold among live by
