@@ -193,6 +193,13 @@ func (q Queue) settle(ctx context.Context, s *Session, sl *slot, err error) erro
 	} else {
 		sl.put(s) // nothing was written
 	}
+	return failure(ctx, s, err)
+}
+
+// failure is what an acquire that failed with err, its keys removed,
+// returns: nil for a try that found the queue taken, ErrLost once the
+// session ended, ErrLeaseGone when the server lost the lease, else err.
+func failure(ctx context.Context, s *Session, err error) error {
 	switch {
 	case errors.Is(err, errTaken):
 		return nil

@@ -2,14 +2,12 @@ package revqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/leasehold/leasehold/internal/ownwatch"
 	"github.com/leasehold/leasehold/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -310,15 +308,5 @@ func (m Multi) settle(ctx context.Context, s *Session, slots []*slot, err error)
 		}
 	}
 	wg.Wait()
-	switch {
-	case errors.Is(err, errTaken):
-		return nil
-	case s.Life.Err() != nil:
-		return ErrLost
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return ErrLeaseGone
-	case errors.Is(err, ownwatch.ErrKeyDeleted) && leaseGone(ctx, s):
-		return ErrLeaseGone
-	}
-	return err
+	return failure(ctx, s, err)
 }
