@@ -51,7 +51,9 @@ type Counted struct {
 func NewCounted(q Queue, limit, units int) Counted {
 	q.KeyDir = keyspace.UnitsDir(limit, units)
 	rec := keyspace.LimitKey(q.Prefix)
-	q.Extra = &Extra{Also: []clientv3.Op{clientv3.OpGet(rec)}} // the enqueue reads the record too
+	if q.Extra == nil { // a Counted's Queue, reused for other units, has it
+		q.Extra = &Extra{Also: []clientv3.Op{clientv3.OpGet(rec)}} // the enqueue reads the record too
+	}
 	return Counted{Queue: q, Limit: limit, Units: units, Record: rec}
 }
 
@@ -391,7 +393,9 @@ func (c Counted) try(ctx context.Context, key, value string, lease clientv3.Leas
 		}
 		e.Rev = resp.Header.Revision + 1 // behind every key read
 		more := rr.Count > int64(len(rr.Kvs))
-		fits, err := c.place(e, 1, reverse(rr.Kvs), more, rec)
+		newest := slices.Clone(rr.Kvs)
+		slices.Reverse(newest)
+		fits, err := c.place(e, 1, newest, more, rec)
 		switch {
 		case err != nil:
 			return nil, nil, err
@@ -411,15 +415,6 @@ func (c Counted) try(ctx context.Context, key, value string, lease clientv3.Leas
 			clientv3.Compare(clientv3.ModRevision(c.Record), "=", e.w.recMod)}
 	}
 	return nil, nil, errTaken
-}
-
-// reverse returns kvs newest first.
-func reverse(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
-	r := make([]*mvccpb.KeyValue, len(kvs))
-	for i, kv := range kvs {
-		r[len(kvs)-1-i] = kv
-	}
-	return r
 }
 
 // maxRevoked bounds the holds one SetLimit revokes: their deletes share a
