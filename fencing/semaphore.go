@@ -47,7 +47,8 @@ func NewSemaphore(s *Session, name string, limit int) (*Semaphore, error) {
 		return nil, fmt.Errorf("fencing: NewSemaphore: %w", err)
 	}
 	q := revqueue.Queue{Client: s.cli, Prefix: keyspace.Prefix(s.link.Root, string(KindSemaphore), name), Latency: s.link.Latency, Watches: s.link.Watches}
-	return &Semaphore{s: s, name: name, limit: limit, q: q}, nil
+	// The Queue with the record's read set once, for every call's units.
+	return &Semaphore{s: s, name: name, limit: limit, q: revqueue.NewCounted(q, limit, 1).Queue}, nil
 }
 
 // Limit returns the limit the semaphore was made with; the name's own,
@@ -102,7 +103,7 @@ func (m *Semaphore) TryAcquireN(ctx context.Context, n int) (*Hold, error) {
 // Every process using the name must run a version that knows this key.
 // A limit below 1 returns ErrInvalidArgument.
 func (m *Semaphore) SetLimit(ctx context.Context, limit int, opts ...LimitOption) error {
-	if err := m.usable(ctx); err != nil {
+	if err := m.live(ctx); err != nil {
 		return fmt.Errorf("fencing: setlimit: %w", err)
 	}
 	if limit < 1 {
@@ -116,15 +117,19 @@ func (m *Semaphore) SetLimit(ctx context.Context, limit int, opts ...LimitOption
 		opt(&o)
 	}
 	if err := revqueue.NewCounted(m.q, m.limit, 1).SetLimit(ctx, &m.s.link.Session, limit, o.revoke); err != nil {
+		if serr := m.s.Err(); serr != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", ErrSessionExpired, serr) // it ended the attempts
+		}
 		return fmt.Errorf("fencing: setlimit %q: %w", m.name, acquireError(m.s, err))
 	}
 	return nil
 }
 
 // ReadLimit returns the name's limit: its own, once SetLimit set one, else
-// the limit the semaphore was made with. It reads etcd once.
+// the limit the semaphore was made with. It reads etcd once; once the
+// session has ended it returns ErrSessionExpired, as SetLimit does.
 func (m *Semaphore) ReadLimit(ctx context.Context) (int, error) {
-	if err := m.usable(ctx); err != nil {
+	if err := m.live(ctx); err != nil {
 		return 0, fmt.Errorf("fencing: readlimit: %w", err)
 	}
 	rec := keyspace.LimitKey(m.q.Prefix)
@@ -163,6 +168,18 @@ func (m *Semaphore) counted(ctx context.Context, n int) (revqueue.Counted, error
 		return revqueue.Counted{}, fmt.Errorf("%q: %w: %d units, want at least 1", m.name, ErrInvalidArgument, n)
 	}
 	return revqueue.NewCounted(m.q, m.limit, n), nil
+}
+
+// live is usable, and the session not ended: SetLimit and ReadLimit send
+// on its client, bounded by its life.
+func (m *Semaphore) live(ctx context.Context) error {
+	if err := m.usable(ctx); err != nil {
+		return err
+	}
+	if err := m.s.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrSessionExpired, err)
+	}
+	return nil
 }
 
 func (m *Semaphore) usable(ctx context.Context) error {

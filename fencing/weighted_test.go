@@ -236,6 +236,9 @@ func TestWeightedBadInput(t *testing.T) {
 		"TryAcquireN(-3)": func() error { _, err := m.TryAcquireN(ctx, -3); return err },
 		"SetLimit(0)":     func() error { return m.SetLimit(ctx, 0) },
 		"SetLimit(nil)":   func() error { var z *fencing.Semaphore; return z.SetLimit(ctx, 1) },
+		"nil LimitOption": func() error { return m.SetLimit(ctx, 1, nil) },
+		"ReadLimit(nil)":  func() error { var z *fencing.Semaphore; _, err := z.ReadLimit(ctx); return err },
+		"nil ctx":         func() error { var nilCtx context.Context; _, err := m.ReadLimit(nilCtx); return err },
 	} {
 		if err := call(); !errors.Is(err, fencing.ErrInvalidArgument) {
 			t.Errorf("%s: %v; want ErrInvalidArgument", name, err)
@@ -518,4 +521,43 @@ func TestRevokedHoldAskedLaterSaysRevoked(t *testing.T) {
 		t.Errorf("cause: %v; want ErrRevoked and ErrKeyDeleted", cause)
 	}
 	unlock(t, a)
+}
+
+// Once the session has ended, AcquireN, SetLimit, ReadLimit and a
+// MultiMutex's Lock and TryLock fail at once with ErrSessionExpired,
+// writing nothing; so they do once its client is closed.
+func TestWeightedCallsOnAnEndedSession(t *testing.T) {
+	c := fencingtest.Single(t)
+	ctx := fencingtest.Context(t, wait)
+	for _, end := range []string{"session closed", "client closed"} {
+		t.Run(end, func(t *testing.T) {
+			cli := c.Client(t)
+			s := newSession(t, cli)
+			m := newSemaphore(t, s, "ended", 2)
+			multi, err := fencing.NewMultiMutex(s, "ended-a", "ended-b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end == "session closed" {
+				s.Close(ctx)
+			} else {
+				cli.Close()
+			}
+			fencingtest.WaitFor(t, wait, "the session to end", func() bool { return s.Err() != nil })
+			for what, call := range map[string]func() error{
+				"AcquireN":           func() error { _, err := m.AcquireN(ctx, 2); return err },
+				"SetLimit":           func() error { return m.SetLimit(ctx, 1) },
+				"ReadLimit":          func() error { _, err := m.ReadLimit(ctx); return err },
+				"MultiMutex.Lock":    func() error { _, err := multi.Lock(ctx); return err },
+				"MultiMutex.TryLock": func() error { _, err := multi.TryLock(ctx); return err },
+			} {
+				if err := call(); !errors.Is(err, fencing.ErrSessionExpired) {
+					t.Errorf("%s: %v; want ErrSessionExpired", what, err)
+				}
+			}
+			if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
+				t.Errorf("keys written: %v", keys)
+			}
+		})
+	}
 }
