@@ -1,0 +1,263 @@
+package redisfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/leasehold/leasehold/fencing"
+)
+
+// ErrCrossSlot is returned by Do for an Op whose key is in another Redis
+// Cluster hash slot than the fence's mark: a script cannot touch it
+// atomically in a cluster, so it is refused everywhere, before anything is
+// sent. Give the key the hash tag of the fence's name ("{orders}:total" for
+// name "orders").
+var ErrCrossSlot = errors.New("key in another hash slot than the fence's mark")
+
+// Client sends one command to Redis and returns its reply: an int64, a
+// string, nil, or a []any of those; a Redis error reply as an error whose
+// text is Redis's. go-redis and rueidis satisfy it through a method of a
+// few lines (see the package example).
+type Client interface {
+	Do(ctx context.Context, args ...string) (any, error)
+}
+
+// markPrefix starts every mark's key: the mark of name is
+// "leasehold:fence:{name}".
+const markPrefix = "leasehold:fence:"
+
+// Fence fences writes into one Redis (a primary, or a cluster) with
+// leasehold's tokens. It keeps no state of its own, so any number of Fences
+// in any number of processes may share a server; it is safe for concurrent
+// use.
+type Fence struct {
+	c    Client
+	name string // fence every token under this name; "" means the token's own
+}
+
+// Option configures New. A nil Option is ignored.
+type Option func(*Fence)
+
+// WithName fences every token under name instead of its own name, as
+// sqlfence.WithName: for a resource whose writers hold a lock of another
+// name. Every writer of the resource must then use the same name.
+func WithName(name string) Option { return func(f *Fence) { f.name = name } }
+
+// New returns a fence that sends its scripts through c. It sends nothing
+// itself. It returns fencing.ErrInvalidArgument for a nil c, and
+// fencing.ErrInvalidName for a WithName that fencing.ValidateName refuses
+// or that holds '{' or '}', which would change the mark's hash tag.
+func New(c Client, opts ...Option) (*Fence, error) {
+	f := &Fence{c: c}
+	for _, o := range opts {
+		if o != nil {
+			o(f)
+		}
+	}
+	if c == nil {
+		return nil, fmt.Errorf("redisfence: New: %w: nil client", fencing.ErrInvalidArgument)
+	}
+	if f.name != "" {
+		if err := validName(f.name); err != nil {
+			return nil, fmt.Errorf("redisfence: New: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// Do applies ops fenced by t, in one script: it compares t with the mark of
+// t's name, raises the mark to t and applies ops in order, atomically, and
+// returns one result per op. Of two Dos under one name with tokens t1 < t2,
+// t1's never applies after t2's; the same token passes again (a retry), and
+// Do with no op only raises the mark.
+//
+// A token older than the mark returns fencing.ErrStaleToken, and one of
+// another etcd cluster fencing.ErrClusterMismatch: nothing is written. Bad
+// input (an invalid token, a zero Op, a key outside the mark's slot:
+// ErrCrossSlot) returns a sentinel and sends nothing. An error Redis raises
+// in an op ends the script there, and, as in MULTI, what ran before it
+// stays, the raise included.
+func (f *Fence) Do(ctx context.Context, t fencing.Token, ops ...Op) ([]any, error) {
+	if err := f.check(ctx, t); err != nil {
+		return nil, fmt.Errorf("redisfence: Do %v: %w", t, err)
+	}
+	key := markKey(f.nameOf(t))
+	args, err := encode(key, t, ops)
+	if err != nil {
+		return nil, fmt.Errorf("redisfence: Do %v: %w", t, err)
+	}
+	reply, err := f.eval(ctx, scriptFor(ops), args)
+	if err != nil {
+		return nil, fmt.Errorf("redisfence: Do %v: %w", t, err)
+	}
+	res, err := verdict(reply, key, t)
+	if err != nil {
+		return nil, fmt.Errorf("redisfence: Do %v: %w", t, err)
+	}
+	return res, nil
+}
+
+// encode makes EVALSHA's arguments after the script's name: the key count,
+// the mark's key and every op's keys, the token, and every op.
+func encode(mark string, t fencing.Token, ops []Op) ([]string, error) {
+	keys := []string{mark}
+	argv := []string{strconv.FormatUint(t.Cluster, 16), strconv.FormatInt(t.Revision, 10)}
+	want, raw := slot(mark), 0
+	for i, op := range ops {
+		if op.cmd == "" && op.body == "" {
+			return nil, fmt.Errorf("%w: op %d is the zero Op", fencing.ErrInvalidArgument, i)
+		}
+		for _, k := range op.keys {
+			if k == "" {
+				return nil, fmt.Errorf("%w: op %d has an empty key", fencing.ErrInvalidArgument, i)
+			}
+			if slot(k) != want {
+				return nil, fmt.Errorf("%w: key %q of op %d is in slot %d, mark %q in slot %d", ErrCrossSlot, k, i, slot(k), mark, want)
+			}
+		}
+		cmd := op.cmd
+		if op.body != "" {
+			raw++
+			cmd = "#" + itoa(raw)
+		}
+		keys = append(keys, op.keys...)
+		argv = append(argv, cmd, itoa(len(op.keys)), itoa(len(op.args)))
+		argv = append(argv, op.args...)
+	}
+	return append(append([]string{itoa(len(keys))}, keys...), argv...), nil
+}
+
+// eval runs s by its SHA1, and by its body when the server does not have
+// it yet (a new server, a restart, SCRIPT FLUSH), which also loads it.
+func (f *Fence) eval(ctx context.Context, s script, args []string) (any, error) {
+	reply, err := f.c.Do(ctx, append([]string{"EVALSHA", s.sha}, args...)...)
+	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
+		reply, err = f.c.Do(ctx, append([]string{"EVAL", s.body}, args...)...)
+	}
+	return reply, err
+}
+
+// verdict reads the script's reply: the results, or why it refused.
+func verdict(reply any, key string, t fencing.Token) ([]any, error) {
+	r, ok := reply.([]any)
+	if !ok || len(r) == 0 {
+		return nil, fmt.Errorf("unexpected reply %v from the fence's script", reply)
+	}
+	mark, _ := get(r, 1).(string)
+	switch r[0] {
+	case "ok":
+		return r[1:], nil
+	case "stale":
+		return nil, fmt.Errorf("%w: mark %q is at %s", fencing.ErrStaleToken, key, mark)
+	case "cluster":
+		return nil, fmt.Errorf("%w: mark %q holds tokens of etcd cluster %s, this one is of cluster %x; "+
+			"if etcd was rebuilt or restored, restore with 'etcdutl snapshot restore --bump-revision', "+
+			"or, once no holder of the old cluster can write, adopt the new one with Reset",
+			fencing.ErrClusterMismatch, key, strings.Fields(mark)[0], t.Cluster)
+	}
+	return nil, fmt.Errorf("mark %q holds %q, not a mark the fence wrote", key, mark)
+}
+
+func get(r []any, i int) any {
+	if i < len(r) {
+		return r[i]
+	}
+	return nil
+}
+
+// Mark returns the fence of name: the highest token admitted under it
+// (Revision 0 after Reset), and false if nothing was ever admitted.
+func (f *Fence) Mark(ctx context.Context, name string) (fencing.Token, bool, error) {
+	if err := f.usable(ctx, name); err != nil {
+		return fencing.Token{}, false, fmt.Errorf("redisfence: Mark: %w", err)
+	}
+	// MGET replies nil for a missing key in every client; GET's nil is an
+	// error whose type each client names its own way.
+	reply, err := f.c.Do(ctx, "MGET", markKey(name))
+	if err != nil {
+		return fencing.Token{}, false, fmt.Errorf("redisfence: Mark %q: %w", name, err)
+	}
+	r, _ := reply.([]any)
+	if len(r) != 1 || r[0] == nil {
+		return fencing.Token{}, false, nil
+	}
+	s, _ := r[0].(string)
+	cluster, rev, ok := strings.Cut(s, " ")
+	id, err1 := strconv.ParseUint(cluster, 16, 64)
+	n, err2 := strconv.ParseInt(rev, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return fencing.Token{}, false, fmt.Errorf("redisfence: Mark %q: %q is not a mark the fence wrote", name, s)
+	}
+	return fencing.Token{Name: name, Revision: n, Cluster: id}, true, nil
+}
+
+// Reset makes the fence of name admit every token of etcd cluster cluster
+// and none of another, as sqlfence's Reset: the operator's step after etcd
+// was rebuilt under a new cluster ID, once the old cluster's holders are
+// stopped. A mark that already names cluster is left as it is, so running
+// Reset twice never reopens it to older tokens. A zero cluster returns
+// fencing.ErrInvalidArgument.
+func (f *Fence) Reset(ctx context.Context, name string, cluster uint64) error {
+	if err := f.usable(ctx, name); err != nil {
+		return fmt.Errorf("redisfence: Reset: %w", err)
+	}
+	if cluster == 0 {
+		return fmt.Errorf("redisfence: Reset %q: %w: zero cluster", name, fencing.ErrInvalidArgument)
+	}
+	if _, err := f.eval(ctx, resetMark, []string{"1", markKey(name), strconv.FormatUint(cluster, 16)}); err != nil {
+		return fmt.Errorf("redisfence: Reset %q: %w", name, err)
+	}
+	return nil
+}
+
+func markKey(name string) string { return markPrefix + "{" + name + "}" }
+
+func (f *Fence) nameOf(t fencing.Token) string {
+	if f != nil && f.name != "" {
+		return f.name
+	}
+	return t.Name
+}
+
+// validName refuses what fencing.ValidateName refuses and braces, which
+// would move the mark out of the slot of the name's hash tag.
+func validName(name string) error {
+	if err := fencing.ValidateName(name); err != nil {
+		return err
+	}
+	if strings.ContainsAny(name, "{}") {
+		return fmt.Errorf("%w: %q holds '{' or '}', which Redis Cluster reads as a hash tag", fencing.ErrInvalidName, name)
+	}
+	return nil
+}
+
+// usable refuses a nil ctx, a Fence that New did not make and a bad name.
+func (f *Fence) usable(ctx context.Context, name string) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", fencing.ErrInvalidArgument)
+	case f == nil || f.c == nil:
+		return fmt.Errorf("%w: Fence not made by New", fencing.ErrInvalidArgument)
+	}
+	return validName(name)
+}
+
+// check refuses what usable refuses and a token that cannot be compared.
+func (f *Fence) check(ctx context.Context, t fencing.Token) error {
+	if err := f.usable(ctx, f.nameOf(t)); err != nil {
+		return err
+	}
+	if err := fencing.ValidateName(t.Name); err != nil {
+		return err
+	}
+	switch {
+	case t.Revision <= 0:
+		return fmt.Errorf("%w: revision %d is not positive", fencing.ErrInvalidToken, t.Revision)
+	case t.Cluster == 0:
+		return fmt.Errorf("%w: no cluster ID (use a Hold's or Term's token, or ParseToken of its String)", fencing.ErrInvalidToken)
+	}
+	return nil
+}

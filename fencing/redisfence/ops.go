@@ -1,0 +1,85 @@
+package redisfence
+
+import (
+	"strconv"
+	"time"
+)
+
+// Op is one write (or read) that Fence.Do applies after the fence's check,
+// in the same script. Make it with Set, Del, HSet, IncrBy, RPush, Get or
+// Script; the zero Op is refused.
+type Op struct {
+	cmd  string   // the Redis command; "" for a raw script
+	body string   // a raw script's Lua body
+	keys []string // the keys, which must share the mark's slot
+	args []string
+}
+
+// Set is SET key value with opts; its result is "OK", or nil when an
+// IfAbsent or IfPresent condition failed, or, with ReturnOld, the old value
+// (nil if none).
+func Set(key, value string, opts ...SetOption) Op {
+	op := Op{cmd: "SET", keys: []string{key}, args: []string{value}}
+	for _, o := range opts {
+		op.args = append(op.args, o.args...)
+	}
+	return op
+}
+
+// SetOption is an option of Set: WithTTL, KeepTTL, IfAbsent, IfPresent or
+// ReturnOld, as SET's EX/PX, KEEPTTL, NX, XX and GET.
+type SetOption struct{ args []string }
+
+// WithTTL makes the key expire after d, to the millisecond (SET ... PX).
+func WithTTL(d time.Duration) SetOption {
+	return SetOption{[]string{"PX", strconv.FormatInt(d.Milliseconds(), 10)}}
+}
+
+// KeepTTL keeps the key's time to live (SET ... KEEPTTL).
+func KeepTTL() SetOption { return SetOption{[]string{"KEEPTTL"}} }
+
+// IfAbsent sets the key only if it does not exist (SET ... NX).
+func IfAbsent() SetOption { return SetOption{[]string{"NX"}} }
+
+// IfPresent sets the key only if it exists (SET ... XX).
+func IfPresent() SetOption { return SetOption{[]string{"XX"}} }
+
+// ReturnOld makes Set's result the key's old value (SET ... GET).
+func ReturnOld() SetOption { return SetOption{[]string{"GET"}} }
+
+// Del is DEL keys; its result is how many existed.
+func Del(keys ...string) Op { return Op{cmd: "DEL", keys: keys} }
+
+// HSet is HSET key field value [field value ...]; its result is how many
+// fields were added.
+func HSet(key string, fieldValues ...string) Op {
+	return Op{cmd: "HSET", keys: []string{key}, args: fieldValues}
+}
+
+// IncrBy is INCRBY key n; its result is the new value, an int64.
+func IncrBy(key string, n int64) Op {
+	return Op{cmd: "INCRBY", keys: []string{key}, args: []string{strconv.FormatInt(n, 10)}}
+}
+
+// RPush is RPUSH key values; its result is the list's new length.
+func RPush(key string, values ...string) Op {
+	return Op{cmd: "RPUSH", keys: []string{key}, args: values}
+}
+
+// Get is GET key, a read after the fence's raise: its result is the value,
+// or nil. Read what a write will be computed from in the same Do as the
+// fence, or in a Do before it under the same token: a read before the
+// token's first Do may predate a newer owner's, and its write then lose
+// that owner's.
+func Get(key string) Op { return Op{cmd: "GET", keys: []string{key}} }
+
+// Script is a raw Lua body, for the writes the other Ops do not make. It
+// runs as a function of its own with KEYS set to keys and ARGV to args;
+// its result is what it returns, as EVAL would reply it. It must touch no
+// key outside keys (Redis Cluster requires it, and the slot check sees only
+// keys).
+func Script(body string, keys []string, args ...string) Op {
+	return Op{body: body, keys: keys, args: args}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
