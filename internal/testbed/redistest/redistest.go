@@ -69,14 +69,8 @@ var shared struct {
 // failure, not a skip.
 func Shared(t testing.TB) *Server {
 	t.Helper()
-	shared.once.Do(func() {
-		shared.srv, shared.err = start(nil)
-		if shared.err == nil {
-			fencingtest.AtExit(shared.srv.Stop)
-		}
-	})
-	if shared.err != nil {
-		skipOrFatal(t, shared.err)
+	if _, err := SharedAddr(); err != nil {
+		skipOrFatal(t, err)
 	}
 	return shared.srv
 }
@@ -92,6 +86,22 @@ func Start(t testing.TB, args ...string) *Server {
 	}
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// SharedAddr returns the address of the test binary's server, as Shared
+// starts it, for code without a testing.TB (an Example): an error instead
+// of a skip.
+func SharedAddr() (string, error) {
+	shared.once.Do(func() {
+		shared.srv, shared.err = start(nil)
+		if shared.err == nil {
+			fencingtest.AtExit(shared.srv.Stop)
+		}
+	})
+	if shared.err != nil {
+		return "", shared.err
+	}
+	return shared.srv.Addr, nil
 }
 
 func skipOrFatal(t testing.TB, err error) {
