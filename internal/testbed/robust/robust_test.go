@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 	fencingtest.RegisterHelper("sql-worker", sqlWorkerHelper)
 	fencingtest.RegisterHelper("shared-worker", sharedWorkerHelper)
 	fencingtest.RegisterHelper("multi-worker", multiWorkerHelper)
+	fencingtest.RegisterHelper("redis-worker", redisWorkerHelper)
 	fencingtest.Main(m)
 }
 

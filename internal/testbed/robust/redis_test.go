@@ -1,0 +1,240 @@
+package robust_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/fencing/fencingtest"
+	"github.com/leasehold/leasehold/fencing/redisfence"
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
+	"github.com/leasehold/leasehold/internal/testbed/redistest"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The Redis workload's keys share the hash tag of the fence's name.
+const (
+	redisCounter = "{" + lockName + "}:counter"
+	redisHistory = "{" + lockName + "}:history" // "value token worker" per increment
+)
+
+// TestRedisUnderFaults is the database workload on Redis: workers in
+// subprocesses take the lock and increment a counter with a read, a think
+// and a write, each write also appending to a history list, while the suite
+// pauses, partitions and kills them and faults etcd. "fenced" reads and
+// writes through redisfence (the read raises the mark first) and must come
+// out exact, as TestSQLUnderFaults's. "plain" sends the same commands
+// unfenced, as users of other lock libraries do, and must lose or
+// duplicate increments: the control that shows the faults reach the store.
+func TestRedisUnderFaults(t *testing.T) {
+	etcdtest.Long(t)
+	t.Run("fenced", func(t *testing.T) {
+		r := runRedisWorkload(t, "fenced", func(*sqlRun) bool { return false })
+		r.log(t)
+		for _, v := range r.violations() {
+			t.Error(v)
+		}
+		if r.acked < 20 {
+			t.Errorf("only %d acknowledged increments: the workload did not exercise Redis", r.acked)
+		}
+	})
+	t.Run("plain", func(t *testing.T) {
+		// Runs until its first violation, within the run's length.
+		r := runRedisWorkload(t, "plain", func(r *sqlRun) bool { return len(r.violations()) > 0 })
+		r.log(t)
+		vs := r.violations()
+		for _, v := range vs {
+			t.Log("violation without the fence (the control):", v)
+		}
+		if len(vs) == 0 {
+			t.Error("the same writes unfenced lost and duplicated nothing: the faults did not reach Redis, so the fenced run proves nothing")
+		}
+	})
+}
+
+func runRedisWorkload(t *testing.T, mode string, enough func(*sqlRun) bool) *sqlRun {
+	c := fencingtest.Three(t)
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true})
+	t.Cleanup(func() { rdb.Close() })
+	maxTime, minOwners := runLength()
+	hist := watchHistory(t, c, "leasehold/")
+	h := newHarness(t, c, mode, srv.Addr)
+	h.helper = "redis-worker"
+	for i := range 4 {
+		h.subprocess(fmt.Sprint("s", i))
+	}
+	events := h.collect()
+	start := time.Now()
+	var checked time.Time
+	h.faultLoop(t.Context(), hist, func() bool {
+		if time.Since(start) > maxTime {
+			return true
+		}
+		if time.Since(checked) > 2*time.Second {
+			checked = time.Now()
+			if enough(readRedis(t, rdb, mode, nil)) {
+				return true
+			}
+		}
+		return minOwners > 0 && hist.created() >= minOwners
+	})
+	h.stopAll()
+	r := readRedis(t, rdb, mode, events())
+	r.faults, r.duration = h.faults, time.Since(start)
+	return r
+}
+
+// readRedis returns what Redis holds, with the workers' events counted.
+func readRedis(t *testing.T, rdb *redis.Client, mode string, events []event) *sqlRun {
+	ctx := fencingtest.Context(t, time.Minute)
+	r := &sqlRun{mode: mode, ackedBy: map[[2]int64]bool{}}
+	for _, e := range events {
+		switch {
+		case e.kind == "attempt":
+			r.unknown++
+		case e.kind == "write":
+			r.unknown--
+			switch e.outcome {
+			case "ok":
+				r.acked++
+				r.ackedBy[[2]int64{e.value, e.token}] = true
+			case "stale":
+				r.stale++
+			case "unknown":
+				r.unknown++
+			}
+		}
+	}
+	n, err := rdb.Get(ctx, redisCounter).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	r.counter = n
+	rows, err := rdb.LRange(ctx, redisHistory, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		f := strings.Fields(row)
+		v, _ := strconv.ParseInt(f[0], 10, 64)
+		tok, _ := strconv.ParseInt(f[1], 10, 64)
+		r.history = append(r.history, sqlRow{value: v, token: tok})
+	}
+	return r
+}
+
+// redisWorker is one contender of the Redis workload.
+type redisWorker struct {
+	name  string
+	mode  string // fenced or plain
+	rdb   *redis.Client
+	fence *redisfence.Fence
+	rng   *rand.Rand
+	mu    sync.Mutex // serialises output lines
+}
+
+// goRedis adapts a go-redis client to redisfence.Client.
+type goRedis struct{ *redis.Client }
+
+func (c goRedis) Do(ctx context.Context, args ...string) (any, error) {
+	a := make([]any, len(args))
+	for i, s := range args {
+		a[i] = s
+	}
+	return c.Client.Do(ctx, a...).Result()
+}
+
+// redisWorkerHelper runs a redisWorker in a subprocess until stdin closes.
+// Args: name, mode, Redis address, endpoints...
+func redisWorkerHelper(args []string) int {
+	rdb := redis.NewClient(&redis.Options{Addr: args[2], DisableIdentity: true, MaxRetries: -1})
+	defer rdb.Close()
+	fence, err := redisfence.New(goRedis{rdb})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return asHelper(args[3:], func(ctx context.Context, cli *clientv3.Client) {
+		w := &redisWorker{name: args[0], mode: args[1], rdb: rdb, fence: fence,
+			rng: rand.New(rand.NewPCG(uint64(os.Getpid()), 8))}
+		for ctx.Err() == nil {
+			holdLoop(ctx, cli, w.name, w.rng, w.emit, func(h *fencing.Hold) {
+				for range 1 + w.rng.IntN(4) {
+					w.increment(h.Token())
+				}
+			})
+		}
+	})
+}
+
+func (w *redisWorker) emit(e event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fmt.Println(e)
+}
+
+// increment reads the counter, thinks (where a pause hurts most) and writes
+// one more with its history entry: fenced, the read is a Do that raises the
+// mark and the write a Do under the same token; plain, the same commands
+// unfenced. Retries are off (MaxRetries -1): a retried write would be
+// counted once and applied twice, by the client and not the fence.
+func (w *redisWorker) increment(tok fencing.Token) {
+	// It runs even if the lock was lost meanwhile, as from a process that
+	// paused after its last check: the fence has to stop it.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*ttl)
+	defer cancel()
+	w.emit(event{worker: w.name, kind: "attempt", token: tok.Revision})
+	value, err := w.read(ctx, tok)
+	if err == nil {
+		pause(ctx, time.Duration(w.rng.IntN(30))*time.Millisecond)
+		value++
+		err = w.write(ctx, tok, value)
+	}
+	e := event{worker: w.name, kind: "write", token: tok.Revision, value: value, outcome: "ok"}
+	switch {
+	case errors.Is(err, fencing.ErrStaleToken):
+		e.outcome = "stale"
+	case err != nil:
+		e.outcome = "unknown"
+	}
+	w.emit(e)
+}
+
+func (w *redisWorker) read(ctx context.Context, tok fencing.Token) (int64, error) {
+	if w.mode == "plain" {
+		n, err := w.rdb.Get(ctx, redisCounter).Int64()
+		if errors.Is(err, redis.Nil) {
+			return 0, nil
+		}
+		return n, err
+	}
+	res, err := w.fence.Do(ctx, tok, redisfence.Get(redisCounter))
+	if err != nil || res[0] == nil {
+		return 0, err
+	}
+	return strconv.ParseInt(res[0].(string), 10, 64)
+}
+
+func (w *redisWorker) write(ctx context.Context, tok fencing.Token, value int64) error {
+	row := fmt.Sprintf("%d %d %s", value, tok.Revision, w.name)
+	if w.mode == "plain" {
+		_, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, redisCounter, value, 0)
+			p.RPush(ctx, redisHistory, row)
+			return nil
+		})
+		return err
+	}
+	_, err := w.fence.Do(ctx, tok, redisfence.Set(redisCounter, strconv.FormatInt(value, 10)), redisfence.RPush(redisHistory, row))
+	return err
+}
