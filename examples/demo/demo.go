@@ -71,11 +71,11 @@ func runDemo(ctx context.Context, c config, out, errOut io.Writer) (bool, error)
 	defer d.ledger.Close()
 	defer func() {
 		if err := d.ledger.drop(); err != nil {
-			fmt.Fprintf(d.errOut, "demo: could not drop the ledger tables %s*: %v\n", d.ledger.table, err)
+			fmt.Fprintf(d.errOut, "demo: could not drop the ledger %s: %v\n", d.ledger.table, err)
 		}
 	}()
 	d.printf("leasehold demo: %d workers, lease TTL %v, %s, keys under %s", c.workers, c.ttl, where, c.prefix())
-	d.printf("ledger: table %s in %s, every write fenced by the writer's token (sqlfence)", d.ledger.table, d.ledger.where)
+	d.printf("ledger: %s, every write fenced by the writer's token", d.ledger.describe())
 	defer d.stopWorkers() // also those started before one failed to start
 	if err := d.startWorkers(c); err != nil {
 		return false, err
@@ -196,7 +196,7 @@ func (d *demo) score(e event) {
 	case "ledger":
 		if e.args[2] == "stale" {
 			d.rejected++
-			d.printf("worker %d ledger write %s REJECTED by %s: fencing.ErrStaleToken (its token %s is older than the table's fence)",
+			d.printf("worker %d ledger write %s REJECTED by %s: fencing.ErrStaleToken (its token %s is older than the ledger's fence)",
 				e.worker, e.args[1], d.ledger.where, e.args[0])
 		}
 	case "stopped":

@@ -31,14 +31,24 @@ type ledger struct {
 	dsn     string
 	table   string // the ledger's rows
 	fence   *sqlfence.Fence
-	where   string // for the story
-	dir     string // the SQLite file's directory, removed by Close; "" for PostgreSQL
+	redis   *redisLedger // instead of db, for a redis:// ledger
+	where   string       // for the story
+	dir     string       // the SQLite file's directory, removed by Close; "" for PostgreSQL
 }
 
 // openLedger opens the ledger of run: PostgreSQL at dsn, or with dsn "" a
 // new SQLite file. The worker passes create false: the demo made the tables.
 func openLedger(ctx context.Context, driver, dsn, run string, create bool) (*ledger, error) {
 	l := &ledger{driver: driver, dsn: dsn, dialect: sqlfence.PostgreSQL, table: "leasehold_demo_" + run}
+	if driver == "redis" || driver == "" && isRedis(dsn) {
+		l.driver, l.where = "redis", "Redis"
+		r, err := openRedis(ctx, dsn, l.table)
+		if err != nil {
+			return nil, err
+		}
+		l.redis = r
+		return l, nil
+	}
 	if driver == "" {
 		l.driver = "pgx"
 		if dsn == "" {
@@ -95,6 +105,14 @@ func (e onceEach) Error() string {
 
 func (e onceEach) Unwrap() error { return e.error }
 
+// describe says where the ledger is, for the story.
+func (l *ledger) describe() string {
+	if l.redis != nil {
+		return fmt.Sprintf("list %s in Redis (redisfence)", l.redis.rows)
+	}
+	return fmt.Sprintf("table %s in %s (sqlfence)", l.table, l.where)
+}
+
 func (l *ledger) fail(err error) error {
 	l.Close()
 	return err
@@ -114,15 +132,23 @@ func (l *ledger) create(ctx context.Context) error {
 // record appends n to the ledger under token t, fenced: it returns "ok", or
 // "stale" when the database refused t because a newer token wrote first.
 func (l *ledger) record(ctx context.Context, t fencing.Token, n int64) (string, error) {
+	if l.redis != nil {
+		return outcome(l.redis.record(ctx, t, n))
+	}
 	// seq is the commit order: every writer holds the fence until it commits.
 	insert := "INSERT INTO " + l.table + " (seq, n, token, revision) SELECT COALESCE(MAX(seq), 0) + 1, $1, $2, $3 FROM " + l.table
 	if l.dialect == sqlfence.SQLite {
 		insert = strings.NewReplacer("$1", "?", "$2", "?", "$3", "?").Replace(insert)
 	}
-	err := l.fence.Tx(ctx, t, func(tx *sql.Tx) error {
+	return outcome(l.fence.Tx(ctx, t, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, insert, n, t.String(), t.Revision)
 		return err
-	})
+	}))
+}
+
+// outcome names a fenced write's result: "ok", "stale" when the store
+// refused its token, or "error".
+func outcome(err error) (string, error) {
 	switch {
 	case errors.Is(err, fencing.ErrStaleToken):
 		return "stale", nil
@@ -134,6 +160,9 @@ func (l *ledger) record(ctx context.Context, t fencing.Token, n int64) (string, 
 
 // tokens returns the revisions of the ledger's rows in commit order.
 func (l *ledger) tokens(ctx context.Context) ([]int64, error) {
+	if l.redis != nil {
+		return l.redis.tokens(ctx)
+	}
 	rows, err := l.db.QueryContext(ctx, "SELECT revision FROM "+l.table+" ORDER BY seq")
 	if err != nil {
 		return nil, err
@@ -154,6 +183,9 @@ func (l *ledger) tokens(ctx context.Context) ([]int64, error) {
 func (l *ledger) drop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 	defer cancel()
+	if l.redis != nil {
+		return l.redis.drop(ctx)
+	}
 	var errs []error
 	for _, t := range []string{l.table, l.table + "_fence"} {
 		if _, err := l.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
@@ -165,6 +197,9 @@ func (l *ledger) drop() error {
 
 // Close closes the database and removes a SQLite ledger's file.
 func (l *ledger) Close() {
+	if l.redis != nil {
+		l.redis.rdb.Close()
+	}
 	if l.db != nil {
 		l.db.Close()
 	}

@@ -6,7 +6,8 @@
 // records each value in a ledger: a table in a SQL database that every
 // worker writes to directly, in transactions fenced by its term's token
 // (fencing/sqlfence). The ledger is a SQLite file of the demo's own, or with
-// --ledger-dsn a PostgreSQL database. Then the demo freezes the leader with
+// --ledger-dsn a PostgreSQL database, or with --ledger redis://... a Redis
+// list fenced by fencing/redisfence. Then the demo freezes the leader with
 // SIGSTOP right after it read the counter and before it writes, for longer
 // than the lease TTL. Another worker takes over with a greater fencing token
 // and keeps counting. When the old leader is resumed (SIGCONT) it carries on
@@ -25,11 +26,14 @@
 //
 //	go run ./examples/demo
 //	go run ./examples/demo --ledger-dsn postgres://me@db:5432/scratch
+//	go run ./examples/demo --ledger redis://localhost:6379/0
 //	go run ./examples/demo --endpoints https://etcd-0:2379 --cacert ca.pem --cert me.pem --key me-key.pem
 //
 // With --ledger-dsn the demo creates two tables named for the run
 // (leasehold_demo_RUN and leasehold_demo_RUN_fence) and drops them at the end;
-// the DSN reaches the workers through their environment. The database must
+// with --ledger redis://... it appends to a list, {leasehold_demo_RUN}:rows,
+// fenced by redisfence, and deletes the list and its mark at the end. The
+// DSN reaches the workers through their environment. The database must
 // answer within 5 s.
 //
 // With neither --endpoints nor ETCDCTL_ENDPOINTS it starts an embedded etcd
@@ -63,6 +67,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/examples/internal/connect"
 	"github.com/leasehold/leasehold/examples/internal/program"
@@ -77,8 +82,8 @@ type config struct {
 	ttl     time.Duration
 	workers int
 	run     string // this run's id: every key the demo writes is under its prefix
-	// ledgerDSN is the PostgreSQL database of the ledger; "" for a SQLite
-	// file of the demo's own.
+	// ledgerDSN is the ledger's database, PostgreSQL or (redis://) Redis;
+	// "" for a SQLite file of the demo's own.
 	ledgerDSN string
 }
 
@@ -92,10 +97,12 @@ func main() {
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := program.Flags("demo", stderr, &c.conn, "",
-		"usage: demo [connection flags] [--ttl D] [--workers N] [--ledger-dsn postgres://...] [-v]",
+		"usage: demo [connection flags] [--ttl D] [--workers N] [--ledger redis://... | postgres://...] [-v]",
 		"  without --endpoints (or ETCDCTL_ENDPOINTS) the demo runs on an embedded etcd")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the workers")
 	fs.IntVar(&c.workers, "workers", 3, "number of worker processes (at least 2)")
+	var ledgerURL string
+	fs.StringVar(&ledgerURL, "ledger", "", "the ledger's database, Redis (redis://[user:password@]host:port[/db], rediss:// with TLS: the demo writes one list and one mark, and deletes them at the end) or PostgreSQL (postgres://..., as --ledger-dsn)")
 	fs.StringVar(&c.ledgerDSN, "ledger-dsn", "", "PostgreSQL database for the ledger, as postgres://user@host:port/db (default: a SQLite file of the demo's own); the demo creates two tables and drops them at the end")
 	err := program.Parse(fs, args, func(args []string) error {
 		switch {
@@ -105,6 +112,18 @@ func parse(args []string, stderr io.Writer) (config, error) {
 			return fmt.Errorf("--workers %d: need at least 2", c.workers)
 		case c.ttl < fencing.MinTTL:
 			return fmt.Errorf("--ttl %v: the minimum is %v", c.ttl, fencing.MinTTL)
+		case ledgerURL != "" && c.ledgerDSN != "":
+			return errors.New("--ledger and --ledger-dsn: give one")
+		case isRedis(ledgerURL):
+			if _, err := redis.ParseURL(ledgerURL); err != nil {
+				return fmt.Errorf("--ledger: %w", err)
+			}
+			c.ledgerDSN = ledgerURL
+		case ledgerURL != "":
+			if _, err := pgx.ParseConfig(ledgerURL); err != nil || !strings.HasPrefix(ledgerURL, "postgres") {
+				return fmt.Errorf("--ledger %q: want redis://, rediss://, postgres:// or postgresql://", ledgerURL)
+			}
+			c.ledgerDSN = ledgerURL
 		case c.ledgerDSN != "":
 			if _, err := pgx.ParseConfig(c.ledgerDSN); err != nil {
 				return fmt.Errorf("--ledger-dsn: %w", err)

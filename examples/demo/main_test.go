@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"github.com/leasehold/leasehold/internal/testbed/kit"
+	"github.com/leasehold/leasehold/internal/testbed/redistest"
 
 	"github.com/leasehold/leasehold/examples/internal/progtest"
 	"github.com/leasehold/leasehold/fencing/fencingtest"
@@ -175,5 +176,42 @@ func TestDemoUnreachableLedger(t *testing.T) {
 	}
 	if keys := etcdtest.Keys(t, c, ""); len(keys) != 0 {
 		t.Fatalf("keys left: %q", keys)
+	}
+}
+
+// With --ledger redis://... the ledger is a Redis list: Redis refuses the
+// resumed leader's write, and the demo deletes the list and its mark.
+func TestDemoLedgerOnRedis(t *testing.T) {
+	srv := redistest.Shared(t)
+	code, stdout, stderr := progtest.Run(t, hang, noEtcdctlEnv, "--ledger", "redis://"+srv.Addr+"/0", "--workers", "2")
+	verdictHolds(t, code, stdout, stderr)
+	if !strings.Contains(stdout, "REJECTED by Redis") {
+		t.Errorf("output lacks Redis's refusal")
+	}
+	if keys, err := srv.Command("KEYS", "*"); err != nil || keys != "" {
+		t.Fatalf("keys left in Redis after the demo: %q (%v)", keys, err)
+	}
+}
+
+// A Redis ledger that does not answer fails the demo within its bound,
+// saying which; bad --ledger values are usage errors.
+func TestDemoUnreachableRedisLedger(t *testing.T) {
+	addr, err := kit.FreeAddr() // nothing listens there
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := progtest.Run(t, time.Minute, noEtcdctlEnv, "--ledger", "redis://"+addr)
+	if code != 1 || !strings.Contains(stderr, "cannot reach the ledger database (Redis)") {
+		t.Fatalf("exit %d (want 1); stderr:\n%s", code, stderr)
+	}
+	t.Setenv("ETCDCTL_ENDPOINTS", "")
+	for _, args := range [][]string{
+		{"--ledger", "ftp://x"},
+		{"--ledger", "redis://x:notaport"},
+		{"--ledger", "redis://x", "--ledger-dsn", "postgres://y/z"},
+	} {
+		if code := run(t.Context(), args, io.Discard, io.Discard); code != 2 {
+			t.Errorf("demo %q: exit %d; want 2", args, code)
+		}
 	}
 }
