@@ -21,11 +21,13 @@ var readmeImports = map[string]string{
 	"os/signal":       "signal.NotifyContext",
 	"syscall":         "syscall.SIGTERM",
 	"go.uber.org/zap": "zap.NewNop",
-	"github.com/leasehold/leasehold/election":         "election.Run",
-	"github.com/leasehold/leasehold/fencing":          "fencing.ErrStaleToken",
-	"github.com/leasehold/leasehold/fencing/sqlfence": "sqlfence.New",
-	"github.com/leasehold/leasehold/guard":            "guard.Put",
-	"clientv3 go.etcd.io/etcd/client/v3":              "clientv3.New",
+	"github.com/leasehold/leasehold/election":           "election.Run",
+	"github.com/leasehold/leasehold/fencing":            "fencing.ErrStaleToken",
+	"github.com/leasehold/leasehold/fencing/sqlfence":   "sqlfence.New",
+	"github.com/leasehold/leasehold/fencing/redisfence": "redisfence.New",
+	"github.com/redis/go-redis/v9":                      "redis.NewClient",
+	"github.com/leasehold/leasehold/guard":              "guard.Put",
+	"clientv3 go.etcd.io/etcd/client/v3":                "clientv3.New",
 }
 
 // The README's Go code compiles against the packages as they are. A block
