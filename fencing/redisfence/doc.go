@@ -13,6 +13,12 @@
 // another etcd cluster are refused with fencing.ErrClusterMismatch, as in
 // sqlfence, and Reset adopts a new cluster.
 //
+// Read what a write is computed from inside a Do (Get), or after one under
+// the same token: a read made before the token's first Do may predate a
+// newer owner's writes, which the write would then overwrite, although it
+// passes the fence. The robustness suite's Redis workload loses
+// increments exactly so when its read is moved out of the fence.
+//
 // # Keys and Redis Cluster
 //
 // A script may touch keys of one hash slot only. The mark's slot is that of
@@ -36,5 +42,7 @@
 // fence to every token.
 //
 // The library links no Redis client: New takes a Client, one method that
-// go-redis or rueidis provide in a few lines (see the examples).
+// go-redis or rueidis provide in a few lines (see the examples). On a
+// cluster the client must route EVALSHA by its first key, as go-redis's
+// ClusterClient does; a rueidis adapter then builds the command with Keys.
 package redisfence

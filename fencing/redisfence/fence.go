@@ -79,7 +79,8 @@ func New(c Client, opts ...Option) (*Fence, error) {
 // input (an invalid token, a zero Op, a key outside the mark's slot:
 // ErrCrossSlot) returns a sentinel and sends nothing. An error Redis raises
 // in an op ends the script there, and, as in MULTI, what ran before it
-// stays, the raise included.
+// stays, the raise included. A client's error (a timeout, a lost
+// connection) leaves the outcome unknown, as for any write.
 func (f *Fence) Do(ctx context.Context, t fencing.Token, ops ...Op) ([]any, error) {
 	if err := f.check(ctx, t); err != nil {
 		return nil, fmt.Errorf("redisfence: Do %v: %w", t, err)
