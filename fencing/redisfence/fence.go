@@ -108,8 +108,11 @@ func encode(mark string, t fencing.Token, ops []Op) ([]string, error) {
 	argv := []string{strconv.FormatUint(t.Cluster, 16), strconv.FormatInt(t.Revision, 10)}
 	want, raw := slot(mark), 0
 	for i, op := range ops {
-		if op.cmd == "" && op.body == "" {
+		switch {
+		case op.cmd == "" && op.body == "":
 			return nil, fmt.Errorf("%w: op %d is the zero Op", fencing.ErrInvalidArgument, i)
+		case op.bad != "":
+			return nil, fmt.Errorf("%w: op %d: %s", fencing.ErrInvalidArgument, i, op.bad)
 		}
 		for _, k := range op.keys {
 			if k == "" {

@@ -171,6 +171,21 @@ func TestBadInputSendsNothing(t *testing.T) {
 			{"zero op", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.Op{}); return err }, fencing.ErrInvalidArgument},
 			{"empty script", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.Script("", nil)); return err }, fencing.ErrInvalidArgument},
 			{"empty key", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.Del("")); return err }, fencing.ErrInvalidArgument},
+			{"Del of nothing", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.Del()); return err }, fencing.ErrInvalidArgument},
+			{"HSet of an odd list", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.HSet("{"+name+"}:h", "f")); return err }, fencing.ErrInvalidArgument},
+			{"RPush of nothing", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.RPush("{"+name+"}:l")); return err }, fencing.ErrInvalidArgument},
+			{"zero TTL", func() error {
+				_, err := fence.Do(ctx, tok(name, 1), redisfence.Set("{"+name+"}:a", "x", redisfence.WithTTL(0)))
+				return err
+			}, fencing.ErrInvalidArgument},
+			{"NX and XX", func() error {
+				_, err := fence.Do(ctx, tok(name, 1), redisfence.Set("{"+name+"}:a", "x", redisfence.IfAbsent(), redisfence.IfPresent()))
+				return err
+			}, fencing.ErrInvalidArgument},
+			{"zero SetOption", func() error {
+				_, err := fence.Do(ctx, tok(name, 1), redisfence.Set("{"+name+"}:a", "x", redisfence.SetOption{}))
+				return err
+			}, fencing.ErrInvalidArgument},
 			{"zero token", func() error { _, err := fence.Do(ctx, fencing.Token{}); return err }, fencing.ErrInvalidName},
 			{"revision 0", func() error { _, err := fence.Do(ctx, tok(name, 0)); return err }, fencing.ErrInvalidToken},
 			{"no cluster", func() error { _, err := fence.Do(ctx, fencing.Token{Name: name, Revision: 1}); return err }, fencing.ErrInvalidToken},

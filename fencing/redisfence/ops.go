@@ -13,6 +13,7 @@ type Op struct {
 	body string   // a raw script's Lua body
 	keys []string // the keys, which must share the mark's slot
 	args []string
+	bad  string // why the Op is bad input, found before anything is sent
 }
 
 // Set is SET key value with opts; its result is "OK", or nil when an
@@ -20,7 +21,13 @@ type Op struct {
 // (nil if none).
 func Set(key, value string, opts ...SetOption) Op {
 	op := Op{cmd: "SET", keys: []string{key}, args: []string{value}}
+	seen := map[string]bool{}
 	for _, o := range opts {
+		if len(o.args) == 0 || seen[o.group] {
+			// Redis would refuse it mid-script, after the mark's raise.
+			op.bad = "Set with a zero SetOption, or two of WithTTL and KeepTTL, or of IfAbsent and IfPresent"
+		}
+		seen[o.group] = true
 		op.args = append(op.args, o.args...)
 	}
 	return op
@@ -28,32 +35,49 @@ func Set(key, value string, opts ...SetOption) Op {
 
 // SetOption is an option of Set: WithTTL, KeepTTL, IfAbsent, IfPresent or
 // ReturnOld, as SET's EX/PX, KEEPTTL, NX, XX and GET.
-type SetOption struct{ args []string }
+type SetOption struct {
+	group string // options of one group exclude each other
+	args  []string
+}
 
-// WithTTL makes the key expire after d, to the millisecond (SET ... PX).
+// WithTTL makes the key expire after d, to the millisecond (SET ... PX);
+// d under a millisecond is bad input.
 func WithTTL(d time.Duration) SetOption {
-	return SetOption{[]string{"PX", strconv.FormatInt(d.Milliseconds(), 10)}}
+	if d < time.Millisecond {
+		return SetOption{group: "ttl"}
+	}
+	return SetOption{"ttl", []string{"PX", strconv.FormatInt(d.Milliseconds(), 10)}}
 }
 
 // KeepTTL keeps the key's time to live (SET ... KEEPTTL).
-func KeepTTL() SetOption { return SetOption{[]string{"KEEPTTL"}} }
+func KeepTTL() SetOption { return SetOption{"ttl", []string{"KEEPTTL"}} }
 
 // IfAbsent sets the key only if it does not exist (SET ... NX).
-func IfAbsent() SetOption { return SetOption{[]string{"NX"}} }
+func IfAbsent() SetOption { return SetOption{"cond", []string{"NX"}} }
 
 // IfPresent sets the key only if it exists (SET ... XX).
-func IfPresent() SetOption { return SetOption{[]string{"XX"}} }
+func IfPresent() SetOption { return SetOption{"cond", []string{"XX"}} }
 
 // ReturnOld makes Set's result the key's old value (SET ... GET).
-func ReturnOld() SetOption { return SetOption{[]string{"GET"}} }
+func ReturnOld() SetOption { return SetOption{"get", []string{"GET"}} }
 
-// Del is DEL keys; its result is how many existed.
-func Del(keys ...string) Op { return Op{cmd: "DEL", keys: keys} }
+// Del is DEL keys, at least one; its result is how many existed.
+func Del(keys ...string) Op {
+	op := Op{cmd: "DEL", keys: keys}
+	if len(keys) == 0 {
+		op.bad = "Del without a key"
+	}
+	return op
+}
 
-// HSet is HSET key field value [field value ...]; its result is how many
-// fields were added.
+// HSet is HSET key field value [field value ...], at least one pair; its
+// result is how many fields were added.
 func HSet(key string, fieldValues ...string) Op {
-	return Op{cmd: "HSET", keys: []string{key}, args: fieldValues}
+	op := Op{cmd: "HSET", keys: []string{key}, args: fieldValues}
+	if len(fieldValues) == 0 || len(fieldValues)%2 != 0 {
+		op.bad = "HSet without field-value pairs"
+	}
+	return op
 }
 
 // IncrBy is INCRBY key n; its result is the new value, an int64.
@@ -61,9 +85,14 @@ func IncrBy(key string, n int64) Op {
 	return Op{cmd: "INCRBY", keys: []string{key}, args: []string{strconv.FormatInt(n, 10)}}
 }
 
-// RPush is RPUSH key values; its result is the list's new length.
+// RPush is RPUSH key values, at least one; its result is the list's new
+// length.
 func RPush(key string, values ...string) Op {
-	return Op{cmd: "RPUSH", keys: []string{key}, args: values}
+	op := Op{cmd: "RPUSH", keys: []string{key}, args: values}
+	if len(values) == 0 {
+		op.bad = "RPush without a value"
+	}
+	return op
 }
 
 // Get is GET key, a read after the fence's raise: its result is the value,
