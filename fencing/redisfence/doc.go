@@ -29,8 +29,10 @@
 //
 // # What Redis promises
 //
-// One primary is a real fence: its scripts are atomic and see every write
-// acknowledged before them. Replication is asynchronous: a primary that
+// One primary (Redis 7.0 or newer) is a real fence: its scripts are atomic
+// and see every write acknowledged before them, as long as it keeps the
+// marks: a maxmemory-policy of noeviction or volatile-* (marks have no
+// TTL), never allkeys-*, which evicts an idle name's mark and reopens it. Replication is asynchronous: a primary that
 // fails over before its replicas have a mark and the writes after it loses
 // both, and the replica promoted may then admit an older token. WAIT
 // narrows that window (Redis 7.2's WAITAOF too; Debian's 7.0 lacks it) but

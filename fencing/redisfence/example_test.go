@@ -30,7 +30,7 @@ func redisAddr() string {
 // taken over, whatever that leader believes.
 func Example() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr(), MaxRetries: -1}) // -1: never resend a write
 	defer rdb.Close()
 	fence, err := redisfence.New(goRedis{rdb})
 	if err != nil {

@@ -18,24 +18,32 @@ import (
 var ErrCrossSlot = errors.New("key in another hash slot than the fence's mark")
 
 // Client sends one command to Redis and returns its reply: an int64, a
-// string, nil, or a []any of those; a Redis error reply as an error whose
-// text is Redis's. go-redis and rueidis satisfy it through a method of a
-// few lines (see the package example).
+// string ([]byte is taken too), nil, or a []any of those; a Redis error
+// reply as an error whose text starts with Redis's code (NOSCRIPT). It
+// must send a command once: a client that resends after a lost reply
+// (go-redis unless MaxRetries is -1) can apply a Do twice, or report
+// ErrStaleToken for a Do that wrote. On a cluster it must route EVALSHA by
+// its first key. go-redis and rueidis satisfy it in a few lines (see the
+// examples).
 type Client interface {
 	Do(ctx context.Context, args ...string) (any, error)
 }
 
 // markPrefix starts every mark's key: the mark of name is
-// "leasehold:fence:{name}".
+// "leasehold:fence:{name}". Ops may not touch such keys.
 const markPrefix = "leasehold:fence:"
+
+// maxOpArgs bounds one Op's keys and arguments together.
+const maxOpArgs = 7000
 
 // Fence fences writes into one Redis (a primary, or a cluster) with
 // leasehold's tokens. It keeps no state of its own, so any number of Fences
 // in any number of processes may share a server; it is safe for concurrent
 // use.
 type Fence struct {
-	c    Client
-	name string // fence every token under this name; "" means the token's own
+	c     Client
+	name  string // fence every token under this name, if named
+	named bool
 }
 
 // Option configures New. A nil Option is ignored.
@@ -44,7 +52,7 @@ type Option func(*Fence)
 // WithName fences every token under name instead of its own name, as
 // sqlfence.WithName: for a resource whose writers hold a lock of another
 // name. Every writer of the resource must then use the same name.
-func WithName(name string) Option { return func(f *Fence) { f.name = name } }
+func WithName(name string) Option { return func(f *Fence) { f.name, f.named = name, true } }
 
 // New returns a fence that sends its scripts through c. It sends nothing
 // itself. It returns fencing.ErrInvalidArgument for a nil c, and
@@ -60,7 +68,7 @@ func New(c Client, opts ...Option) (*Fence, error) {
 	if c == nil {
 		return nil, fmt.Errorf("redisfence: New: %w: nil client", fencing.ErrInvalidArgument)
 	}
-	if f.name != "" {
+	if f.named {
 		if err := validName(f.name); err != nil {
 			return nil, fmt.Errorf("redisfence: New: %w", err)
 		}
@@ -76,11 +84,11 @@ func New(c Client, opts ...Option) (*Fence, error) {
 //
 // A token older than the mark returns fencing.ErrStaleToken, and one of
 // another etcd cluster fencing.ErrClusterMismatch: nothing is written. Bad
-// input (an invalid token, a zero Op, a key outside the mark's slot:
-// ErrCrossSlot) returns a sentinel and sends nothing. An error Redis raises
-// in an op ends the script there, and, as in MULTI, what ran before it
-// stays, the raise included. A client's error (a timeout, a lost
-// connection) leaves the outcome unknown, as for any write.
+// input (an invalid token, an Op Redis would refuse, a key outside the
+// mark's slot: ErrCrossSlot) returns a sentinel and sends nothing. An
+// error Redis raises in an op ends the script there, with no rollback:
+// what ran before it stays, the raise included. A client's error (a
+// timeout, a lost connection) leaves the outcome unknown.
 func (f *Fence) Do(ctx context.Context, t fencing.Token, ops ...Op) ([]any, error) {
 	if err := f.check(ctx, t); err != nil {
 		return nil, fmt.Errorf("redisfence: Do %v: %w", t, err)
@@ -94,7 +102,7 @@ func (f *Fence) Do(ctx context.Context, t fencing.Token, ops ...Op) ([]any, erro
 	if err != nil {
 		return nil, fmt.Errorf("redisfence: Do %v: %w", t, err)
 	}
-	res, err := verdict(reply, key, t)
+	res, err := verdict(reply, key, t, len(ops))
 	if err != nil {
 		return nil, fmt.Errorf("redisfence: Do %v: %w", t, err)
 	}
@@ -108,6 +116,11 @@ func encode(mark string, t fencing.Token, ops []Op) ([]string, error) {
 	argv := []string{strconv.FormatUint(t.Cluster, 16), strconv.FormatInt(t.Revision, 10)}
 	want, raw := slot(mark), 0
 	for i, op := range ops {
+		if len(op.keys)+len(op.args) > maxOpArgs {
+			// Lua 5.1 unpacks at most 8000 values: Redis would fail the op
+			// mid-script, after the raise.
+			return nil, fmt.Errorf("%w: op %d has %d keys and arguments, more than %d", fencing.ErrInvalidArgument, i, len(op.keys)+len(op.args), maxOpArgs)
+		}
 		switch {
 		case op.cmd == "" && op.body == "":
 			return nil, fmt.Errorf("%w: op %d is the zero Op", fencing.ErrInvalidArgument, i)
@@ -115,8 +128,8 @@ func encode(mark string, t fencing.Token, ops []Op) ([]string, error) {
 			return nil, fmt.Errorf("%w: op %d: %s", fencing.ErrInvalidArgument, i, op.bad)
 		}
 		for _, k := range op.keys {
-			if k == "" {
-				return nil, fmt.Errorf("%w: op %d has an empty key", fencing.ErrInvalidArgument, i)
+			if k == "" || strings.HasPrefix(k, markPrefix) {
+				return nil, fmt.Errorf("%w: op %d has an empty key or a fence's mark, %q", fencing.ErrInvalidArgument, i, k)
 			}
 			if slot(k) != want {
 				return nil, fmt.Errorf("%w: key %q of op %d is in slot %d, mark %q in slot %d", ErrCrossSlot, k, i, slot(k), mark, want)
@@ -138,31 +151,42 @@ func encode(mark string, t fencing.Token, ops []Op) ([]string, error) {
 // it yet (a new server, a restart, SCRIPT FLUSH), which also loads it.
 func (f *Fence) eval(ctx context.Context, s script, args []string) (any, error) {
 	reply, err := f.c.Do(ctx, append([]string{"EVALSHA", s.sha}, args...)...)
-	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
+	// Redis's own text, and not any error a raw script raises with NOSCRIPT
+	// in it: that one ran, and must not run again.
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT No matching script") {
 		reply, err = f.c.Do(ctx, append([]string{"EVAL", s.body}, args...)...)
 	}
 	return reply, err
 }
 
 // verdict reads the script's reply: the results, or why it refused.
-func verdict(reply any, key string, t fencing.Token) ([]any, error) {
-	r, ok := reply.([]any)
-	if !ok || len(r) == 0 {
-		return nil, fmt.Errorf("unexpected reply %v from the fence's script", reply)
-	}
-	mark, _ := get(r, 1).(string)
-	switch r[0] {
-	case "ok":
+func verdict(reply any, key string, t fencing.Token, ops int) ([]any, error) {
+	r, _ := reply.([]any)
+	status, mark := text(get(r, 0)), text(get(r, 1))
+	well := strings.Count(mark, " ") == 1
+	switch {
+	case status == "ok" && len(r) == ops+1:
 		return r[1:], nil
-	case "stale":
+	case status == "bad":
+		return nil, fmt.Errorf("mark %q holds %q, not a mark the fence wrote; nothing written", key, mark)
+	case status == "stale" && well:
 		return nil, fmt.Errorf("%w: mark %q is at %s", fencing.ErrStaleToken, key, mark)
-	case "cluster":
+	case status == "cluster" && well:
 		return nil, fmt.Errorf("%w: mark %q holds tokens of etcd cluster %s, this one is of cluster %x; "+
 			"if etcd was rebuilt or restored, restore with 'etcdutl snapshot restore --bump-revision', "+
 			"or, once no holder of the old cluster can write, adopt the new one with Reset",
 			fencing.ErrClusterMismatch, key, strings.Fields(mark)[0], t.Cluster)
 	}
-	return nil, fmt.Errorf("mark %q holds %q, not a mark the fence wrote", key, mark)
+	return nil, fmt.Errorf("reply %v is not the fence script's: outcome unknown", reply)
+}
+
+// text is a reply's string, from a client that gives string or []byte.
+func text(v any) string {
+	if b, ok := v.([]byte); ok {
+		return string(b)
+	}
+	s, _ := v.(string)
+	return s
 }
 
 func get(r []any, i int) any {
@@ -188,7 +212,7 @@ func (f *Fence) Mark(ctx context.Context, name string) (fencing.Token, bool, err
 	if len(r) != 1 || r[0] == nil {
 		return fencing.Token{}, false, nil
 	}
-	s, _ := r[0].(string)
+	s := text(r[0])
 	cluster, rev, ok := strings.Cut(s, " ")
 	id, err1 := strconv.ParseUint(cluster, 16, 64)
 	n, err2 := strconv.ParseInt(rev, 10, 64)

@@ -2,6 +2,7 @@ package redisfence_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -171,6 +172,15 @@ func TestBadInputSendsNothing(t *testing.T) {
 			{"zero op", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.Op{}); return err }, fencing.ErrInvalidArgument},
 			{"empty script", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.Script("", nil)); return err }, fencing.ErrInvalidArgument},
 			{"empty key", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.Del("")); return err }, fencing.ErrInvalidArgument},
+			{"an op of 7001 values", func() error {
+				_, err := fence.Do(ctx, tok(name, 1), redisfence.Set("{"+name+"}:a", "x"), redisfence.RPush("{"+name+"}:l", make([]string, 7001)...))
+				return err
+			}, fencing.ErrInvalidArgument},
+			{"the mark as a key", func() error {
+				_, err := fence.Do(ctx, tok(name, 1), redisfence.Del("leasehold:fence:{"+name+"}"))
+				return err
+			}, fencing.ErrInvalidArgument},
+			{"New with an empty name", func() error { _, err := redisfence.New(c, redisfence.WithName("")); return err }, fencing.ErrInvalidName},
 			{"Del of nothing", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.Del()); return err }, fencing.ErrInvalidArgument},
 			{"HSet of an odd list", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.HSet("{"+name+"}:h", "f")); return err }, fencing.ErrInvalidArgument},
 			{"RPush of nothing", func() error { _, err := fence.Do(ctx, tok(name, 1), redisfence.RPush("{"+name+"}:l")); return err }, fencing.ErrInvalidArgument},
@@ -306,4 +316,24 @@ func TestSlotAgreesWithServer(t *testing.T) {
 			t.Fatalf("slot(%q) = %d; the server says %d", b, got, want)
 		}
 	}
+}
+
+// A raw script's error that names NOSCRIPT is its own, not the server's
+// "no such script": the script ran, and is not sent again.
+func TestScriptErrorNamingNoscriptRunsOnce(t *testing.T) {
+	eachClient(t, func(t *testing.T, c redisfence.Client, fence *redisfence.Fence) {
+		ctx, name := ctxFor(t), unique(t)
+		key := "{" + name + "}:n"
+		for _, body := range []string{`error('NOSCRIPT quota')`, `error({err = 'NOSCRIPT quota'})`} {
+			fence.Do(ctx, tok(name, 1), redisfence.IncrBy(key, 1), redisfence.Script(body, nil)) // loads the script
+			before := value(t, c, key)
+			if _, err := fence.Do(ctx, tok(name, 1), redisfence.IncrBy(key, 1), redisfence.Script(body, nil)); err == nil {
+				t.Fatalf("%s: no error", body)
+			}
+			after := value(t, c, key)
+			if b, _ := strconv.Atoi(fmt.Sprint(before)); fmt.Sprint(after) != strconv.Itoa(b+1) {
+				t.Errorf("%s: counter %v then %v; want one increment", body, before, after)
+			}
+		}
+	})
 }

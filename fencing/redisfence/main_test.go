@@ -66,7 +66,7 @@ var clients = []struct {
 }
 
 func openGoRedis(t testing.TB, addr string) redisfence.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return goRedis{c}
 }

@@ -7,7 +7,8 @@ import (
 
 // Op is one write (or read) that Fence.Do applies after the fence's check,
 // in the same script. Make it with Set, Del, HSet, IncrBy, RPush, Get or
-// Script; the zero Op is refused.
+// Script; the zero Op, and one of more than 7000 keys and arguments (Lua
+// unpacks 8000 at most), are refused.
 type Op struct {
 	cmd  string   // the Redis command; "" for a raw script
 	body string   // a raw script's Lua body
@@ -80,7 +81,8 @@ func HSet(key string, fieldValues ...string) Op {
 	return op
 }
 
-// IncrBy is INCRBY key n; its result is the new value, an int64.
+// IncrBy is INCRBY key n; its result is the new value, an int64, exact up
+// to 2^53 (Lua's numbers are doubles; Redis stores the exact value).
 func IncrBy(key string, n int64) Op {
 	return Op{cmd: "INCRBY", keys: []string{key}, args: []string{strconv.FormatInt(n, 10)}}
 }
@@ -104,9 +106,11 @@ func Get(key string) Op { return Op{cmd: "GET", keys: []string{key}} }
 
 // Script is a raw Lua body, for the writes the other Ops do not make. It
 // runs as a function of its own with KEYS set to keys and ARGV to args;
-// its result is what it returns, as EVAL would reply it. It must touch no
-// key outside keys (Redis Cluster requires it, and the slot check sees only
-// keys).
+// its result is what it returns, as EVAL would reply it through the
+// client (an error reply it returns is a result, not Do's error). It must touch no key outside keys (Redis Cluster requires it,
+// and the slot check sees only keys), nor a fence's mark, and not call
+// redis.setresp. Keep bodies constant and pass values in args: Redis 7.0
+// caches every distinct script until SCRIPT FLUSH.
 func Script(body string, keys []string, args ...string) Op {
 	return Op{body: body, keys: keys, args: args}
 }

@@ -1,8 +1,11 @@
 package redisfence
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
 )
 
 func TestSlot(t *testing.T) {
@@ -41,4 +44,37 @@ func FuzzSlot(f *testing.F) {
 			t.Fatalf("slot(%q) = %d, not its tag's %d", key, s, slot(key[i+1:i+1+j]))
 		}
 	})
+}
+
+// Replies the fence's script never gives, from a client that mangles them,
+// are an unknown outcome and never a panic; []byte is taken for string.
+func TestVerdictOfOddReplies(t *testing.T) {
+	tok := fencing.Token{Name: "n", Revision: 5, Cluster: 0xab}
+	for _, tc := range []struct {
+		reply any
+		ops   int
+		want  error
+	}{
+		{[]any{"ok"}, 1, nil},
+		{[]any{"cluster"}, 0, nil},
+		{[]any{"stale", "nonsense"}, 0, nil},
+		{[]any{}, 0, nil},
+		{nil, 0, nil},
+		{"ok", 0, nil},
+		{[]any{[]byte("stale"), []byte("ab 9")}, 0, fencing.ErrStaleToken},
+		{[]any{[]byte("cluster"), []byte("cd 9")}, 0, fencing.ErrClusterMismatch},
+	} {
+		_, err := verdict(tc.reply, "leasehold:fence:{n}", tok, tc.ops)
+		switch {
+		case err == nil:
+			t.Errorf("verdict(%#v) = nil error", tc.reply)
+		case tc.want != nil && !errors.Is(err, tc.want):
+			t.Errorf("verdict(%#v) = %v; want %v", tc.reply, err, tc.want)
+		case tc.want == nil && !strings.Contains(err.Error(), "outcome unknown"):
+			t.Errorf("verdict(%#v) = %v; want an unknown outcome", tc.reply, err)
+		}
+	}
+	if res, err := verdict([]any{[]byte("ok"), int64(1)}, "k", tok, 1); err != nil || res[0] != int64(1) {
+		t.Errorf("verdict of an ok in []byte = %v, %v", res, err)
+	}
 }

@@ -27,7 +27,7 @@ func (c goRedis) Do(ctx context.Context, args ...string) (any, error) {
 }
 
 func redisBench(b *testing.B, pool int) (*redis.Client, *redisfence.Fence) {
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Shared(b).Addr, DisableIdentity: true, PoolSize: pool})
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Shared(b).Addr, DisableIdentity: true, PoolSize: pool, MaxRetries: -1})
 	b.Cleanup(func() { rdb.Close() })
 	fence, err := redisfence.New(goRedis{rdb})
 	if err != nil {
