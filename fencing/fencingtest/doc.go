@@ -35,6 +35,47 @@
 // Main as TestMain: it runs those helpers, and checks that no goroutine
 // outlives the tests (go.uber.org/goleak).
 //
+// # Testing a fence
+//
+// A fence over a store of your own (as fencing/sqlfence is for SQL
+// databases) passes FenceConformance, through an adapter of two methods
+// (Fence), or shows which case it fails. The cases, each a subtest:
+//
+//   - stale token refused: revision 5 after 10 returns ErrStaleToken; value
+//     and mark stay 10's.
+//   - same token passes again, a retry: the second value wins.
+//   - newer token passes: a fresh name reads as nothing admitted; 3, 4 and
+//     2^32+5 pass, each the mark after it.
+//   - other cluster refused: a token of another cluster, above the mark or
+//     below, returns ErrClusterMismatch; nothing is written.
+//   - bad input refused: the zero Token, revision 0 or below, no cluster,
+//     names ValidateName refuses, a nil ctx: one of the three sentinels, no
+//     panic, nothing written.
+//   - racing writers: 25 rounds of 8 writers released together, with
+//     shuffled tokens above the last round's. From each round's history, one
+//     clock for every call and return: no error but ErrStaleToken; the
+//     greatest token admitted; no write admitted that was called after a
+//     greater token's had returned admitted, none refused unless a greater
+//     token was admitted before it returned; then the mark is the greatest
+//     token admitted, the value its. A fence that checks in one request and
+//     writes in a second loses with odds of about 7 in 8 a round once the
+//     checks overlap, as they do when each request waits for a reply.
+//   - frozen writer: the test binary runs again, filtered to this case, with
+//     an environment variable that makes the case play the writer. It locks
+//     a lock on a real etcd, confirms with a txn that it owns it, says so on
+//     stdout and waits on stdin. The test stops it (SIGSTOP), revokes its
+//     lease, locks the lock itself with a greater token, writes through its
+//     own Fence, and resumes the writer (SIGCONT), whose write with its old
+//     token must return ErrStaleToken and leave the successor's value and
+//     mark. This catches a fence that checks in the writer's process: marks
+//     cached in memory, a gate.Gate.
+//
+// The writer stops before its Write, unless the Fence has SetPause (see
+// Fence): then it stops where Write pauses, between its requests, and the
+// racing writers pause there too until each has paused or returned, so
+// that every check precedes every write. A fence split in two requests
+// then fails both cases, whatever the scheduling.
+//
 // # Settings and cost
 //
 // The members trade durability for speed: no fsync unless LEASEHOLD_ETCD_FSYNC=1 is set

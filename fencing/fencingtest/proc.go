@@ -92,7 +92,12 @@ func HelperCommand(t TB, name string, args ...string) *exec.Cmd {
 // stderr the test's. t.Cleanup kills it.
 func StartHelper(t TB, name string, args ...string) *Proc {
 	t.Helper()
-	cmd := HelperCommand(t, name, args...)
+	return startProc(t, HelperCommand(t, name, args...), name)
+}
+
+// startProc starts cmd, the helper what, as StartHelper says.
+func startProc(t TB, cmd *exec.Cmd, what string) *Proc {
+	t.Helper()
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -103,7 +108,7 @@ func StartHelper(t TB, name string, args ...string) *Proc {
 		t.Fatalf("fencingtest: helper: %v", err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("fencingtest: start helper %s: %v", name, err)
+		t.Fatalf("fencingtest: start helper %s: %v", what, err)
 	}
 	p := &Proc{cmd: cmd, stdin: stdin, lines: make(chan string, 1024), done: make(chan struct{})}
 	go p.read(stdout)
