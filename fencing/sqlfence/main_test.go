@@ -32,7 +32,11 @@ var backends = []backend{
 // openSQLite opens a new database file with a busy timeout, as the package
 // doc tells users to, and WAL, as most applications run SQLite.
 func openSQLite(t *testing.T) *sql.DB {
-	path := filepath.Join(t.TempDir(), "fence.db")
+	return connectSQLite(t, filepath.Join(t.TempDir(), "fence.db"))
+}
+
+// connectSQLite opens the database file at path as openSQLite does.
+func connectSQLite(t *testing.T, path string) *sql.DB {
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		t.Fatal(err)
