@@ -19,6 +19,8 @@ var readmeImports = map[string]string{
 	"log":             "log.Print",
 	"os":              "os.Exit",
 	"os/signal":       "signal.NotifyContext",
+	"path/filepath":   "filepath.Join",
+	"testing":         "testing.Short",
 	"syscall":         "syscall.SIGTERM",
 	"go.uber.org/zap": "zap.NewNop",
 	"github.com/leasehold/leasehold/election":           "election.Run",
@@ -28,6 +30,9 @@ var readmeImports = map[string]string{
 	"github.com/redis/go-redis/v9":                      "redis.NewClient",
 	"github.com/leasehold/leasehold/guard":              "guard.Put",
 	"clientv3 go.etcd.io/etcd/client/v3":                "clientv3.New",
+
+	// "Testing your code": a fence's conformance test.
+	"github.com/leasehold/leasehold/fencing/fencingtest": "fencingtest.FenceConformance",
 }
 
 // The README's Go code compiles against the packages as they are. A block
