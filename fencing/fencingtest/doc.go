@@ -60,8 +60,9 @@
 //     token admitted, the value its. A fence that checks in one request and
 //     writes in a second loses with odds of about 7 in 8 a round once the
 //     checks overlap, as they do when each request waits for a reply.
-//   - frozen writer: the test binary runs again, filtered to this case, with
-//     an environment variable that makes the case play the writer. It locks
+//   - frozen writer: the test binary runs again (its TestMain too), filtered
+//     to this case, with an environment variable that makes the case play
+//     the writer. It locks
 //     a lock on a real etcd, confirms with a txn that it owns it, says so on
 //     stdout and waits on stdin. The test stops it (SIGSTOP), revokes its
 //     lease, locks the lock itself with a greater token, writes through its
