@@ -200,7 +200,11 @@ func TestBadInputSendsNothing(t *testing.T) {
 			{"revision 0", func() error { _, err := fence.Do(ctx, tok(name, 0)); return err }, fencing.ErrInvalidToken},
 			{"no cluster", func() error { _, err := fence.Do(ctx, fencing.Token{Name: name, Revision: 1}); return err }, fencing.ErrInvalidToken},
 			{"brace in name", func() error { _, err := fence.Do(ctx, tok("a{b}", 1)); return err }, fencing.ErrInvalidName},
-			{"nil ctx", func() error { _, err := fence.Do(nil, tok(name, 1)); return err }, fencing.ErrInvalidArgument}, //nolint:staticcheck // the bad input under test
+			{"nil ctx", func() error {
+				//lint:ignore SA1012 a nil ctx is the bad input under test
+				_, err := fence.Do(nil, tok(name, 1))
+				return err
+			}, fencing.ErrInvalidArgument},
 			{"nil fence", func() error { _, err := (*redisfence.Fence)(nil).Do(ctx, tok(name, 1)); return err }, fencing.ErrInvalidArgument},
 			{"Mark of a bad name", func() error { _, _, err := fence.Mark(ctx, "a{b}"); return err }, fencing.ErrInvalidName},
 			{"Reset to cluster 0", func() error { return fence.Reset(ctx, name, 0) }, fencing.ErrInvalidArgument},
