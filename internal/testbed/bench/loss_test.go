@@ -3,10 +3,11 @@ package bench_test
 import (
 	"context"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/guard"

@@ -15,21 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// goRedis adapts a go-redis client to redisfence.Client.
-type goRedis struct{ *redis.Client }
-
-func (c goRedis) Do(ctx context.Context, args ...string) (any, error) {
-	a := make([]any, len(args))
-	for i, s := range args {
-		a[i] = s
-	}
-	return c.Client.Do(ctx, a...).Result()
-}
-
 func redisBench(b *testing.B, pool int) (*redis.Client, *redisfence.Fence) {
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Shared(b).Addr, DisableIdentity: true, PoolSize: pool, MaxRetries: -1})
 	b.Cleanup(func() { rdb.Close() })
-	fence, err := redisfence.New(goRedis{rdb})
+	fence, err := redisfence.New(redistest.GoRedis{Client: rdb})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -72,33 +61,8 @@ func benchRedisPair(b *testing.B, plain func(context.Context, *redis.Client) err
 	rdb, fence := redisBench(b, 4)
 	ctx := context.Background()
 	token := fencing.Token{Name: "bench", Revision: 1, Cluster: 1}
-	sides := [2]func() error{func() error { return plain(ctx, rdb) }, func() error { return fenced(ctx, fence, token) }}
-	var took [2][]time.Duration
-	run := func(i int) {
-		start := time.Now()
-		if err := sides[i](); err != nil {
-			b.Fatal(err)
-		}
-		took[i] = append(took[i], time.Since(start))
-	}
-	for range 200 { // warm the connection and load the script
-		run(0)
-		run(1)
-	}
-	took = [2][]time.Duration{}
-	b.ResetTimer()
-	for n := range b.N {
-		run(n % 2)
-		run(1 - n%2)
-	}
-	b.StopTimer()
+	fencedVsPlain(b, [2]func() error{func() error { return plain(ctx, rdb) }, func() error { return fenced(ctx, fence, token) }})
 	rdb.Del(ctx, "{bench}:log")
-	for i, side := range []string{"plain", "fenced"} {
-		b.ReportMetric(percentileMs(took[i], 0.5), side+"-p50-ms")
-		b.ReportMetric(percentileMs(took[i], 0.99), side+"-p99-ms")
-	}
-	b.ReportMetric(percentileMs(took[1], 0.5)/percentileMs(took[0], 0.5), "ratio-p50")
-	b.ReportMetric(percentileMs(took[1], 0.99)/percentileMs(took[0], 0.99), "ratio-p99")
 }
 
 // BenchmarkRedisFenceWriters is the throughput of W writers at once, each

@@ -82,29 +82,23 @@ func benchUpdate(b *testing.B, srv *pgtest.Server) {
 	db, fence := sqlBench(b, srv, 1)
 	ctx := context.Background()
 	token := fencing.Token{Name: "bench/update", Revision: 1, Cluster: 1}
-	sides := [2]func() error{
+	fencedVsPlain(b, [2]func() error{
 		func() error { return plainUpdate(ctx, db, 1) },
 		func() error { return fencedUpdate(ctx, fence, token, 1) },
-	}
-	var took [2][]time.Duration
-	run := func(i int) {
+	})
+}
+
+// fencedVsPlain times sides[0] (plain) and sides[1] (fenced) in alternating
+// order, one of each per iteration, after 200 pairs to warm connections and
+// caches, and reports each side's p50/p99 and the ratios fenced over plain.
+func fencedVsPlain(b *testing.B, sides [2]func() error) {
+	took := alternateTimes(b, 200, func(side int) time.Duration {
 		start := time.Now()
-		if err := sides[i](); err != nil {
+		if err := sides[side](); err != nil {
 			b.Fatal(err)
 		}
-		took[i] = append(took[i], time.Since(start))
-	}
-	for range 200 { // warm connections and pgx's statement caches
-		run(0)
-		run(1)
-	}
-	took = [2][]time.Duration{}
-	b.ResetTimer()
-	for n := range b.N {
-		run(n % 2)
-		run(1 - n%2)
-	}
-	b.StopTimer()
+		return time.Since(start)
+	})
 	pct := percentileMs
 	for i, side := range []string{"plain", "fenced"} {
 		b.ReportMetric(pct(took[i], 0.5), side+"-p50-ms")

@@ -8,6 +8,7 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing/fencingtest"
 	"github.com/leasehold/leasehold/internal/testbed/kit"
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -284,4 +286,18 @@ func (s *Server) kill() {
 	case <-s.exited:
 	case <-time.After(stopTimeout):
 	}
+}
+
+// GoRedis adapts a go-redis client to redisfence.Client, for the project's
+// tests. Make the client with MaxRetries -1: a client that resends a write
+// after a lost reply can apply a fenced write twice.
+type GoRedis struct{ *redis.Client }
+
+// Do sends args as one command.
+func (c GoRedis) Do(ctx context.Context, args ...string) (any, error) {
+	a := make([]any, len(args))
+	for i, s := range args {
+		a[i] = s
+	}
+	return c.Client.Do(ctx, a...).Result()
 }

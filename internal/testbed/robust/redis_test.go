@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"github.com/leasehold/leasehold/internal/testbed/redistest"
 	"github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The Redis workload's keys share the hash tag of the fence's name.
@@ -98,23 +95,7 @@ func runRedisWorkload(t *testing.T, mode string, enough func(*sqlRun) bool) *sql
 func readRedis(t *testing.T, rdb *redis.Client, mode string, events []event) *sqlRun {
 	ctx := fencingtest.Context(t, time.Minute)
 	r := &sqlRun{mode: mode, ackedBy: map[[2]int64]bool{}}
-	for _, e := range events {
-		switch {
-		case e.kind == "attempt":
-			r.unknown++
-		case e.kind == "write":
-			r.unknown--
-			switch e.outcome {
-			case "ok":
-				r.acked++
-				r.ackedBy[[2]int64{e.value, e.token}] = true
-			case "stale":
-				r.stale++
-			case "unknown":
-				r.unknown++
-			}
-		}
-	}
+	r.count(events)
 	n, err := rdb.Get(ctx, redisCounter).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
@@ -133,108 +114,54 @@ func readRedis(t *testing.T, rdb *redis.Client, mode string, events []event) *sq
 	return r
 }
 
-// redisWorker is one contender of the Redis workload.
-type redisWorker struct {
-	name  string
-	mode  string // fenced or plain
-	rdb   *redis.Client
-	fence *redisfence.Fence
-	rng   *rand.Rand
-	mu    sync.Mutex // serialises output lines
-}
-
-// goRedis adapts a go-redis client to redisfence.Client.
-type goRedis struct{ *redis.Client }
-
-func (c goRedis) Do(ctx context.Context, args ...string) (any, error) {
-	a := make([]any, len(args))
-	for i, s := range args {
-		a[i] = s
-	}
-	return c.Client.Do(ctx, a...).Result()
-}
-
-// redisWorkerHelper runs a redisWorker in a subprocess until stdin closes.
-// Args: name, mode, Redis address, endpoints...
+// redisWorkerHelper runs the Redis workload's storeWorker in a subprocess
+// until stdin closes. Args: name, mode (fenced or plain), Redis address,
+// endpoints... Retries are off (MaxRetries -1): a retried write would be
+// counted once and applied twice, by the client and not the fence.
 func redisWorkerHelper(args []string) int {
 	rdb := redis.NewClient(&redis.Options{Addr: args[2], DisableIdentity: true, MaxRetries: -1})
 	defer rdb.Close()
-	fence, err := redisfence.New(goRedis{rdb})
+	fence, err := redisfence.New(redistest.GoRedis{Client: rdb})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return asHelper(args[3:], func(ctx context.Context, cli *clientv3.Client) {
-		w := &redisWorker{name: args[0], mode: args[1], rdb: rdb, fence: fence,
-			rng: rand.New(rand.NewPCG(uint64(os.Getpid()), 8))}
-		for ctx.Err() == nil {
-			holdLoop(ctx, cli, w.name, w.rng, w.emit, func(h *fencing.Hold) {
-				for range 1 + w.rng.IntN(4) {
-					w.increment(h.Token())
-				}
-			})
+	name, mode := args[0], args[1]
+	w := &storeWorker{name: name, increment: func(ctx context.Context, tok fencing.Token, think time.Duration) (int64, error) {
+		// Fenced, the read is a Do that raises the mark, and the write a Do
+		// under the same token; plain, the same commands unfenced.
+		value, err := redisRead(ctx, rdb, fence, mode, tok)
+		if err != nil {
+			return value, err
 		}
-	})
-}
-
-func (w *redisWorker) emit(e event) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	fmt.Println(e)
-}
-
-// increment reads the counter, thinks (where a pause hurts most) and writes
-// one more with its history entry: fenced, the read is a Do that raises the
-// mark and the write a Do under the same token; plain, the same commands
-// unfenced. Retries are off (MaxRetries -1): a retried write would be
-// counted once and applied twice, by the client and not the fence.
-func (w *redisWorker) increment(tok fencing.Token) {
-	// It runs even if the lock was lost meanwhile, as from a process that
-	// paused after its last check: the fence has to stop it.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*ttl)
-	defer cancel()
-	w.emit(event{worker: w.name, kind: "attempt", token: tok.Revision})
-	value, err := w.read(ctx, tok)
-	if err == nil {
-		pause(ctx, time.Duration(w.rng.IntN(30))*time.Millisecond)
+		pause(ctx, think)
 		value++
-		err = w.write(ctx, tok, value)
-	}
-	e := event{worker: w.name, kind: "write", token: tok.Revision, value: value, outcome: "ok"}
-	switch {
-	case errors.Is(err, fencing.ErrStaleToken):
-		e.outcome = "stale"
-	case err != nil:
-		e.outcome = "unknown"
-	}
-	w.emit(e)
+		row := fmt.Sprintf("%d %d %s", value, tok.Revision, name)
+		if mode == "plain" {
+			_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, redisCounter, value, 0)
+				p.RPush(ctx, redisHistory, row)
+				return nil
+			})
+			return value, err
+		}
+		_, err = fence.Do(ctx, tok, redisfence.Set(redisCounter, strconv.FormatInt(value, 10)), redisfence.RPush(redisHistory, row))
+		return value, err
+	}}
+	return w.run(args[3:], 8)
 }
 
-func (w *redisWorker) read(ctx context.Context, tok fencing.Token) (int64, error) {
-	if w.mode == "plain" {
-		n, err := w.rdb.Get(ctx, redisCounter).Int64()
+func redisRead(ctx context.Context, rdb *redis.Client, fence *redisfence.Fence, mode string, tok fencing.Token) (int64, error) {
+	if mode == "plain" {
+		n, err := rdb.Get(ctx, redisCounter).Int64()
 		if errors.Is(err, redis.Nil) {
 			return 0, nil
 		}
 		return n, err
 	}
-	res, err := w.fence.Do(ctx, tok, redisfence.Get(redisCounter))
+	res, err := fence.Do(ctx, tok, redisfence.Get(redisCounter))
 	if err != nil || res[0] == nil {
 		return 0, err
 	}
 	return strconv.ParseInt(res[0].(string), 10, 64)
-}
-
-func (w *redisWorker) write(ctx context.Context, tok fencing.Token, value int64) error {
-	row := fmt.Sprintf("%d %d %s", value, tok.Revision, w.name)
-	if w.mode == "plain" {
-		_, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Set(ctx, redisCounter, value, 0)
-			p.RPush(ctx, redisHistory, row)
-			return nil
-		})
-		return err
-	}
-	_, err := w.fence.Do(ctx, tok, redisfence.Set(redisCounter, strconv.FormatInt(value, 10)), redisfence.RPush(redisHistory, row))
-	return err
 }

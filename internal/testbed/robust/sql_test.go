@@ -3,11 +3,8 @@ package robust_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +14,6 @@ import (
 	"github.com/leasehold/leasehold/fencing/sqlfence"
 	"github.com/leasehold/leasehold/internal/testbed/etcdtest"
 	"github.com/leasehold/leasehold/internal/testbed/pgtest"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestSQLUnderFaults is the database workload: workers in subprocesses take
@@ -112,23 +108,7 @@ func runSQLWorkload(t *testing.T, pg *pgtest.Server, mode string) *sqlRun {
 	})
 	h.stopAll()
 	r := &sqlRun{mode: mode, faults: h.faults, duration: time.Since(start), ackedBy: map[[2]int64]bool{}}
-	for _, e := range events() {
-		switch {
-		case e.kind == "attempt":
-			r.unknown++
-		case e.kind == "write":
-			r.unknown--
-			switch e.outcome {
-			case "ok":
-				r.acked++
-				r.ackedBy[[2]int64{e.value, e.token}] = true
-			case "stale":
-				r.stale++
-			case "unknown":
-				r.unknown++
-			}
-		}
-	}
+	r.count(events())
 	if err := db.QueryRowContext(ctx, "SELECT n FROM counter WHERE id = 1").Scan(&r.counter); err != nil {
 		t.Fatal(err)
 	}
@@ -202,20 +182,8 @@ func (r *sqlRun) log(t *testing.T) {
 		r.mode, r.duration.Round(time.Second), r.acked, r.stale, r.unknown, len(r.history), r.counter, r.faults)
 }
 
-// sqlWorker is one contender of the database workload: it takes the lock,
-// increments the counter a few times, and lets go.
-type sqlWorker struct {
-	name  string
-	mode  string // fenced or plain
-	cli   *clientv3.Client
-	db    *sql.DB
-	fence *sqlfence.Fence
-	rng   *rand.Rand
-	mu    sync.Mutex // serialises output lines
-}
-
-// sqlWorkerHelper runs a sqlWorker in a subprocess until stdin closes.
-// Args: name, mode, DSN, endpoints...
+// sqlWorkerHelper runs the database workload's storeWorker in a subprocess
+// until stdin closes. Args: name, mode (fenced or plain), DSN, endpoints...
 func sqlWorkerHelper(args []string) int {
 	db, err := sql.Open("pgx", args[2])
 	if err != nil {
@@ -228,65 +196,29 @@ func sqlWorkerHelper(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return asHelper(args[3:], func(ctx context.Context, cli *clientv3.Client) {
-		w := &sqlWorker{name: args[0], mode: args[1], cli: cli, db: db, fence: fence,
-			rng: rand.New(rand.NewPCG(uint64(os.Getpid()), 7))}
-		for ctx.Err() == nil {
-			holdLoop(ctx, w.cli, w.name, w.rng, w.emit, func(h *fencing.Hold) {
-				for range 1 + w.rng.IntN(4) {
-					w.increment(h.Token())
-				}
-			})
-		}
-	})
-}
-
-func (w *sqlWorker) emit(e event) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	fmt.Println(e)
-}
-
-// increment reads the counter, waits a random while (the critical section,
-// where a pause hurts most), and writes one more, with a history row, in one
-// transaction: fenced by the token, or plain.
-func (w *sqlWorker) increment(tok fencing.Token) {
-	// The transaction runs even if the lock was lost meanwhile, as from a
-	// process that paused after its last check: the fence has to stop it.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*ttl)
-	defer cancel()
-	think := time.Duration(w.rng.IntN(30)) * time.Millisecond
-	var value int64
-	body := func(tx *sql.Tx) error {
-		var n int64
-		if err := tx.QueryRowContext(ctx, "SELECT n FROM counter WHERE id = 1").Scan(&n); err != nil {
+	name, mode := args[0], args[1]
+	w := &storeWorker{name: name, increment: func(ctx context.Context, tok fencing.Token, think time.Duration) (int64, error) {
+		// One transaction: read, think, write one more with a history row.
+		var value int64
+		body := func(tx *sql.Tx) error {
+			var n int64
+			if err := tx.QueryRowContext(ctx, "SELECT n FROM counter WHERE id = 1").Scan(&n); err != nil {
+				return err
+			}
+			pause(ctx, think)
+			value = n + 1
+			if _, err := tx.ExecContext(ctx, "UPDATE counter SET n = $1 WHERE id = 1", value); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO history (value, token, worker) VALUES ($1, $2, $3)", value, tok.Revision, name)
 			return err
 		}
-		pause(ctx, think)
-		value = n + 1
-		if _, err := tx.ExecContext(ctx, "UPDATE counter SET n = $1 WHERE id = 1", value); err != nil {
-			return err
+		if mode == "fenced" {
+			return value, fence.Tx(ctx, tok, body)
 		}
-		_, err := tx.ExecContext(ctx, "INSERT INTO history (value, token, worker) VALUES ($1, $2, $3)", value, tok.Revision, w.name)
-		return err
-	}
-	// A worker killed between here and its write event leaves an increment of
-	// unknown outcome: the attempt says so.
-	w.emit(event{worker: w.name, kind: "attempt", token: tok.Revision})
-	var err error
-	if w.mode == "fenced" {
-		err = w.fence.Tx(ctx, tok, body)
-	} else {
-		err = plainTx(ctx, w.db, body)
-	}
-	e := event{worker: w.name, kind: "write", token: tok.Revision, value: value, outcome: "ok"}
-	switch {
-	case errors.Is(err, fencing.ErrStaleToken):
-		e.outcome = "stale"
-	case err != nil:
-		e.outcome = "unknown" // refused, or a commit whose answer was lost
-	}
-	w.emit(e)
+		return value, plainTx(ctx, db, body)
+	}}
+	return w.run(args[3:], 7)
 }
 
 // plainTx is the same transaction without a fence.
