@@ -341,3 +341,33 @@ func TestScriptErrorNamingNoscriptRunsOnce(t *testing.T) {
 		}
 	})
 }
+
+// A closed client fails the call at once with its error, whichever client.
+func TestClosedClientFailsFast(t *testing.T) {
+	srv := redistest.Shared(t)
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			c := cl.open(t, srv.Addr)
+			fence, err := redisfence.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch c := c.(type) {
+			case goRedis:
+				c.Close()
+			case rueidisClient:
+				c.Close()
+			}
+			ctx, name := ctxFor(t), unique(t)
+			if _, err := fence.Do(ctx, tok(name, 1), redisfence.IncrBy("{"+name+"}:n", 1)); err == nil {
+				t.Fatal("Do on a closed client succeeded")
+			}
+			if _, _, err := fence.Mark(ctx, name); err == nil {
+				t.Fatal("Mark on a closed client succeeded")
+			}
+			if got, err := srv.Command("EXISTS", "{"+name+"}:n", "leasehold:fence:{"+name+"}"); err != nil || got != "0" {
+				t.Fatalf("EXISTS = %q, %v; want 0", got, err)
+			}
+		})
+	}
+}
